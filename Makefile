@@ -1,0 +1,28 @@
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+
+# Pinned so that pip never resolves torch from the index (which would pull the CUDA build).
+TORCH_PIN := torch==2.13.0
+TORCH_MIN := (2, 11)
+
+# Exits 0 when an importable torch is at least TORCH_MIN.
+TORCH_OK := $(PYTHON) -c "import sys, torch; \
+	sys.exit(tuple(int(p) for p in torch.__version__.split('.')[:2]) < $(TORCH_MIN))"
+
+LINT_PATHS := src tests benchmarks
+
+.PHONY: install test demo lint
+
+install:
+	@$(TORCH_OK) 2>/dev/null || $(PIP) install "$(TORCH_PIN)"
+	$(PIP) install -e ".[test,bench]"
+
+test: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+demo: install
+	$(PYTHON) -m npugraph_ex.cli bench
+
+lint:
+	$(PYTHON) -m ruff check $(LINT_PATHS)
+	$(PYTHON) -m ruff format --check $(LINT_PATHS)

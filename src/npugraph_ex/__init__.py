@@ -1,0 +1,39 @@
+"""npugraph_ex: a ``torch.compile`` backend that captures a graph once per shape and replays it.
+
+    opt = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=True,
+                        options={"capture_limit": 256})
+
+Importing the package registers the backend (under ``npugraph_ex_portable``; ``npugraph_ex`` comes
+from the package's entry point) and does nothing else.
+"""
+
+from __future__ import annotations
+
+from npugraph_ex.compat import check_torch_version
+
+check_torch_version()
+
+from npugraph_ex.capture.stats import reset_stats, stats  # noqa: E402
+from npugraph_ex.compiler import compile_fx  # noqa: E402
+from npugraph_ex.config import Config  # noqa: E402
+from npugraph_ex.dynamo_backend import npugraph_ex_backend  # noqa: E402
+from npugraph_ex.registration import register_backends  # noqa: E402
+from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend  # noqa: E402
+
+backend = npugraph_ex_backend
+"""The backend callable: ``torch.compile(model, backend=npugraph_ex.backend)``."""
+
+register_backends(npugraph_ex_backend)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompilerConfig",
+    "Config",
+    "backend",
+    "compile_fx",
+    "get_npu_backend",
+    "npugraph_ex_backend",
+    "reset_stats",
+    "stats",
+]

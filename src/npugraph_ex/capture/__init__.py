@@ -1,0 +1,1 @@
+"""Device-independent capture policy: graph keys, static inputs, limits, fallbacks, counters."""

@@ -1,0 +1,171 @@
+"""What the capture manager must know about an optimised graph before its first call.
+
+Read once per FX graph from the nodes' fake values: which inputs the graph writes, which device it
+runs on, which inputs are host scalars, and whether anything in it cannot live in a device graph.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+HOST_SYNC_TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """Facts about one optimised graph that decide how each call is keyed and captured."""
+
+    device_type: str
+    """The device the graph computes on ("cpu", "cuda", "npu")."""
+    static_indices: frozenset[int]
+    """Parameters and buffers: used in place, never copied."""
+    mutated_indices: frozenset[int]
+    """Inputs the graph writes: used in place, their addresses checked on every call."""
+    host_scalar_indices: frozenset[int]
+    """0-d CPU tensors feeding a device graph: their values are frozen into the capture."""
+    blocker: str | None
+    """Why the graph cannot be captured (op and source line), or None."""
+
+
+def fake_value(node: torch.fx.Node) -> Any:
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """The user source line a node came from (last frame of its stack trace)."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    frames = [line for line in lines if line.startswith("File ")]
+    if not frames:
+        return "<unknown source>"
+    code_index = lines.index(frames[-1]) + 1
+    code = f": {lines[code_index]}" if code_index < len(lines) else ""
+    return f"{frames[-1]}{code}"
+
+
+def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
+    """Indices of placeholders whose storage some op writes (views of them included)."""
+    storage_owner: dict[StorageWeakRef, int] = {}
+    for index, node in enumerate(graph.find_nodes(op="placeholder")):
+        value = fake_value(node)
+        if isinstance(value, torch.Tensor):
+            storage_owner.setdefault(StorageWeakRef(value.untyped_storage()), index)
+    mutated = set()
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or not schema.is_mutable:
+            continue
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = (
+                node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            )
+            for written in torch.utils._pytree.tree_leaves(value):
+                fake = fake_value(written) if isinstance(written, torch.fx.Node) else None
+                if isinstance(fake, torch.Tensor):
+                    owner = storage_owner.get(StorageWeakRef(fake.untyped_storage()))
+                    if owner is not None:
+                        mutated.add(owner)
+    return frozenset(mutated)
+
+
+def graph_devices(values: Iterable[Any]) -> set[torch.device]:
+    return {v.device for v in values if isinstance(v, torch.Tensor) and v.device.type != "meta"}
+
+
+def is_host_scalar(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() == 0
+
+
+def argument_value(node: torch.fx.Node, name: str, default: Any = None) -> Any:
+    """The value a call node passes for schema argument ``name``."""
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name == name:
+            if position < len(node.args):
+                return node.args[position]
+            return node.kwargs.get(name, default)
+    return default
+
+
+def draws_random_numbers(node: torch.fx.Node) -> bool:
+    """True for seeded random ops, except dropout-carrying ops that cannot drop anything."""
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    names = {argument.name for argument in node.target._schema.arguments}
+    if "dropout_p" in names:
+        return argument_value(node, "dropout_p", 0.0) != 0.0
+    if "train" in names:
+        return argument_value(node, "train") is not False
+    return True
+
+
+def uncapturable_op(node: torch.fx.Node) -> str | None:
+    """Why this node cannot be replayed from a capture, or None."""
+    target = node.target
+    if node.op != "call_function" or target is operator.getitem:
+        return None
+    tags = getattr(target, "tags", ())
+    if hasattr(target, "_schema") and draws_random_numbers(node):
+        return "random-number op"
+    if any(tag in tags for tag in HOST_SYNC_TAGS):
+        return "host synchronisation (data-dependent output)"
+    if UNSAFE_TAG is not None and UNSAFE_TAG in tags:
+        return "op marked unsafe for device graphs"
+    value = fake_value(node)
+    if value is not None and torch.fx.experimental.symbolic_shapes.free_unbacked_symbols(value):
+        return "data-dependent output shape"
+    return None
+
+
+def find_blocker(gm: torch.fx.GraphModule, device_type: str) -> str | None:
+    for node in gm.graph.nodes:
+        if reason := uncapturable_op(node):
+            return f"{reason}: {node.target} ({node.name}) at {source_line(node)}"
+        if device_type == "cpu" or node.op == "placeholder":
+            continue
+        for value in torch.utils._pytree.tree_leaves(fake_value(node)):
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                return (
+                    f"CPU tensor inside a {device_type} graph: {node.target} ({node.name}) "
+                    f"at {source_line(node)}"
+                )
+    return None
+
+
+def analyse_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_indices: Iterable[int]
+) -> GraphFacts:
+    """Read the facts the capture manager needs from an optimised ATen graph."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    values = [fake_value(node) for node in placeholders] or list(example_inputs)
+    devices = graph_devices(values) | graph_devices(
+        fake_value(node) for node in gm.graph.nodes if node.op == "call_function"
+    )
+    accelerators = sorted({device.type for device in devices if device.type != "cpu"})
+    device_type = accelerators[0] if accelerators else "cpu"
+    blocker = None
+    if len(accelerators) > 1:
+        blocker = f"tensors on several device types: {', '.join(accelerators)}"
+    host_scalars = frozenset()
+    if device_type != "cpu":
+        host_scalars = frozenset(i for i, v in enumerate(values) if is_host_scalar(v))
+        for index, value in enumerate(values):
+            is_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
+            if is_cpu and index not in host_scalars and blocker is None:
+                blocker = f"CPU tensor input {placeholders[index].name} in a {device_type} graph"
+    return GraphFacts(
+        device_type=device_type,
+        static_indices=frozenset(static_indices),
+        mutated_indices=mutated_inputs(gm.graph),
+        host_scalar_indices=host_scalars,
+        blocker=blocker or find_blocker(gm, device_type),
+    )

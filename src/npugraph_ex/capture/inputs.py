@@ -1,0 +1,91 @@
+"""How a call's inputs map to a graph key and to the static inputs a capture reads.
+
+Each input of the optimised graph has one role, fixed when the graph is compiled:
+
+- ``static``: parameters and buffers. Used in place, never copied; their addresses are part of the
+  key unless ``frozen_parameter`` promises they never move.
+- ``mutated``: inputs the graph writes (a KV cache). Used in place so the write lands in the
+  caller's tensor; shape in the key, address checked against the capture on every call.
+- ``host_scalar``: 0-d CPU tensors feeding a device graph. Their value is baked into the capture,
+  so the value is part of the key.
+- ``copied``: every other tensor. Copied into a static buffer before each replay; shape and
+  strides in the key.
+- ``value``: ints (sizes of dynamic dimensions) and other Python values; part of the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npugraph_ex.capture.analysis import GraphFacts
+
+
+@dataclass(frozen=True)
+class StagedInputs:
+    """The arguments one capture runs on, and which of them are refreshed from each call."""
+
+    args: list[Any]
+    copies: tuple[tuple[int, torch.Tensor], ...]
+    mutated_addresses: tuple[int, ...]
+
+
+class InputLayout:
+    """The role of every graph input, and the per-call operations derived from it."""
+
+    def __init__(self, facts: GraphFacts, example_inputs: Sequence[Any], *, frozen: bool):
+        self.static = tuple(sorted(facts.static_indices - facts.mutated_indices))
+        self.mutated = tuple(sorted(facts.mutated_indices))
+        self.host_scalar = tuple(sorted(facts.host_scalar_indices - facts.mutated_indices))
+        roles = set(self.static) | set(self.mutated) | set(self.host_scalar)
+        tensors = [i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
+        self.copied = tuple(i for i in tensors if i not in roles)
+        self.values = tuple(i for i in range(len(example_inputs)) if i not in roles | set(tensors))
+        self.keyed_addresses = () if frozen else self.static
+
+    def key_of(self, args: Sequence[Any]) -> tuple:
+        """The graph key of a call: everything that selects a different capture."""
+        shaped = [args[i] for i in self.copied + self.mutated]
+        return (
+            tuple(t.shape for t in shaped),
+            tuple(t.stride() for t in shaped),
+            tuple(args[i] for i in self.values),
+            tuple(args[i].item() for i in self.host_scalar),
+            tuple(args[i].data_ptr() for i in self.keyed_addresses),
+        )
+
+    def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
+        return tuple(args[i].data_ptr() for i in self.mutated)
+
+    def stage(self, args: Sequence[Any], *, clone_input: bool) -> StagedInputs:
+        """Static inputs for a new capture: fresh buffers, or the call's own tensors."""
+        staged = list(args)
+        copies = []
+        for index in self.copied:
+            source = args[index]
+            buffer = source.clone(memory_format=torch.preserve_format) if clone_input else source
+            staged[index] = buffer
+            copies.append((index, buffer))
+        return StagedInputs(staged, tuple(copies), self.mutated_addresses(args))
+
+
+def refresh(copies: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any]) -> None:
+    """Copy a call's inputs into the static buffers a capture reads."""
+    for index, buffer in copies:
+        source = args[index]
+        if source.data_ptr() != buffer.data_ptr():
+            buffer.copy_(source)
+
+
+def snapshot(args: Sequence[Any], indices: Sequence[int]) -> list[tuple[torch.Tensor, Any]]:
+    """Copies of the inputs a graph writes, so extra runs (warm-up) can be undone."""
+    return [(args[i], args[i].clone()) for i in indices]
+
+
+def restore(saved: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    with torch.no_grad():
+        for target, saved_value in saved:
+            target.copy_(saved_value)

@@ -1,0 +1,194 @@
+"""The capture manager: one per optimised FX graph; decides, per call, replay, capture or eager.
+
+Per call: compute the graph key (``inputs.InputLayout``); a known key whose mutated inputs sit
+where they sat at capture replays; a mutated input at a new address recaptures that key; a new key
+is captured while fewer than ``capture_limit`` keys exist, and past the limit runs the graph
+eagerly while the captured keys keep replaying. A graph that cannot be captured always runs
+eagerly, and says why once.
+
+Every call has the effect of exactly one execution of the graph: warm-up runs before a capture
+are undone on the inputs the graph writes (they are snapshotted first and restored after).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npugraph_ex.capture import inputs as io
+from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.capture.stats import GraphStats, register
+from npugraph_ex.config import Config
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.errors import UnsupportedGraphError
+from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime
+
+log = logging.getLogger(__name__)
+
+GLOBAL_CAPTURE_LOCK = threading.RLock()
+"""Held during every capture made with ``capture_error_mode="global"``."""
+
+
+@dataclass
+class CapturedKey:
+    graph: CapturedGraph
+    copies: tuple[tuple[int, torch.Tensor], ...]
+    mutated_addresses: tuple[int, ...]
+    static_args: list[Any]
+
+
+class CaptureManager:
+    """Maps each call of one optimised graph to a replay, a capture, or an eager run."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        facts: GraphFacts,
+        example_inputs: Sequence[Any],
+        config: Config,
+        runtime: DeviceRuntime,
+        *,
+        name: str,
+        pool: Any = None,
+    ):
+        self.fn = fn
+        self.facts = facts
+        self.config = config
+        self.runtime = runtime
+        self.layout = io.InputLayout(facts, example_inputs, frozen=config.frozen_parameter)
+        self.pool = pool
+        self.entries: dict[tuple, CapturedKey] = {}
+        self.blocker = None if config.force_eager else facts.blocker
+        self.stats = GraphStats(name=name, device=facts.device_type)
+        self.number = register(self)
+        if self.blocker is not None:
+            self.refuse(self.blocker)
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        if self.config.force_eager:
+            return self.run_eager(args, "force_eager")
+        if self.blocker is not None:
+            return self.run_eager(args, "cannot capture")
+        key = self.layout.key_of(args)
+        entry = self.entries.get(key)
+        if entry is None:
+            if len(self.entries) >= self.config.capture_limit:
+                self.warn_limit()
+                return self.run_eager(args, "capture_limit")
+            return self.capture(key, args, recapture_reason=None)
+        if self.config.force_recapture:
+            return self.capture(key, args, recapture_reason="force_recapture")
+        if self.layout.mutated_addresses(args) != entry.mutated_addresses:
+            return self.capture(key, args, recapture_reason="mutated input moved")
+        return self.replay(entry, args)
+
+    def replay(self, entry: CapturedKey, args: Sequence[Any]) -> list[Any]:
+        io.refresh(entry.copies, args)
+        entry.graph.replay()
+        self.stats.replays += 1
+        return self.outputs_of(entry.graph)
+
+    def outputs_of(self, graph: CapturedGraph) -> list[Any]:
+        if not self.config.clone_output:
+            return list(graph.outputs)
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in graph.outputs]
+
+    def run_eager(self, args: Sequence[Any], reason: str) -> list[Any]:
+        self.stats.eager_calls[reason] += 1
+        return list(self.fn(*args))
+
+    def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.forget(key, old)
+        staged = self.layout.stage(args, clone_input=self.config.clone_input)
+        started = time.perf_counter()
+        try:
+            graph = self.capture_staged(staged)
+        except Exception as error:  # any failure to capture falls back to eager, once explained
+            self.refuse(f"capture failed: {type(error).__name__}: {error}")
+            return self.run_eager(args, "cannot capture")
+        self.stats.capture_seconds += time.perf_counter() - started
+        entry = CapturedKey(graph, staged.copies, staged.mutated_addresses, staged.args)
+        self.entries[key] = entry
+        self.stats.captures += 1
+        if recapture_reason is not None:
+            self.stats.recaptures[recapture_reason] += 1
+        self.stats.live_keys = len(self.entries)
+        self.stats.pool_bytes += graph.pool_bytes
+        if graph.kernel_count is not None:
+            self.stats.kernels_per_replay[repr(key[:3])] = graph.kernel_count
+        if not self.runtime.capture_executes:
+            graph.replay()
+        return self.outputs_of(graph)
+
+    def capture_staged(self, staged: io.StagedInputs) -> CapturedGraph:
+        """Warm up, undo the warm-up's writes, then capture (which may itself execute)."""
+        iters = self.config.num_warmup_iters
+        saved = io.snapshot(staged.args, self.layout.mutated) if iters else []
+        lock = GLOBAL_CAPTURE_LOCK if self.config.capture_error_mode == "global" else None
+        try:
+            if lock is not None:
+                lock.acquire()
+            if iters:
+                self.runtime.warmup(self.fn, staged.args, iters)
+                io.restore(saved)
+            return self.runtime.capture(
+                self.fn,
+                staged.args,
+                pool=self.pool,
+                capture_error_mode=self.config.capture_error_mode,
+            )
+        except Exception:
+            io.restore(saved)
+            raise
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def forget(self, key: tuple, entry: CapturedKey) -> None:
+        self.stats.pool_bytes -= entry.graph.pool_bytes
+        self.stats.kernels_per_replay.pop(repr(key[:3]), None)
+        entry.graph.release()
+        self.stats.live_keys = len(self.entries)
+
+    def refuse(self, reason: str) -> None:
+        """Stop capturing this graph: every later call runs eagerly (or raises when strict)."""
+        if self.config.strict_capture:
+            raise UnsupportedGraphError(
+                f"{self.stats.name} cannot be captured: {reason}. Set "
+                "options={'strict_capture': False} to run it eagerly instead."
+            )
+        self.blocker = reason
+        log_once(
+            log,
+            logging.WARNING,
+            ("refuse", self.number, reason),
+            "npugraph_ex: %s runs eagerly, not captured: %s",
+            self.stats.name,
+            reason,
+        )
+
+    def warn_limit(self) -> None:
+        log_once(
+            log,
+            logging.WARNING,
+            ("limit", self.number),
+            "npugraph_ex: %s reached capture_limit=%d; new shapes run eagerly while the %d "
+            "captured ones keep replaying. Raise options={'capture_limit': N} to capture more.",
+            self.stats.name,
+            self.config.capture_limit,
+            len(self.entries),
+        )
+
+    def release(self) -> None:
+        for key, entry in list(self.entries.items()):
+            self.forget(key, entry)
+        self.entries.clear()
+        self.stats.live_keys = 0

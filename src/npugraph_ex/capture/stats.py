@@ -1,0 +1,84 @@
+"""Counters of every compiled FX graph, readable from Python through ``npugraph_ex.stats()``."""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GraphStats:
+    """What one FX graph's capture manager did."""
+
+    name: str
+    device: str
+    captures: int = 0
+    """Keys captured (a recapture counts here too)."""
+    recaptures: Counter = field(default_factory=Counter)
+    """Recaptures of an existing key, by reason."""
+    replays: int = 0
+    eager_calls: Counter = field(default_factory=Counter)
+    """Calls run eagerly instead of replayed, by reason."""
+    capture_seconds: float = 0.0
+    """Time spent in warm-up and capture."""
+    live_keys: int = 0
+    pool_bytes: int = 0
+    """Bytes held by the live captures of this graph."""
+    kernels_per_replay: dict[str, int] = field(default_factory=dict)
+    """Kernels one replay launches, per key (where the runtime can tell)."""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": self.device,
+            "captures": self.captures,
+            "recaptures": dict(self.recaptures),
+            "replays": self.replays,
+            "eager_calls": dict(self.eager_calls),
+            "capture_seconds": round(self.capture_seconds, 6),
+            "live_keys": self.live_keys,
+            "pool_bytes": self.pool_bytes,
+            "kernels_per_replay": dict(self.kernels_per_replay),
+        }
+
+
+LIVE_GRAPHS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+"""Capture managers by creation order; each exposes ``.stats``."""
+
+TOTAL_KEYS = ("captures", "replays")
+
+
+def register(manager: Any) -> int:
+    """Remember a capture manager for ``stats()``; returns its sequence number."""
+    number = max(LIVE_GRAPHS.keys(), default=-1) + 1
+    LIVE_GRAPHS[number] = manager
+    return number
+
+
+def stats() -> dict[str, Any]:
+    """Counters of every live compiled graph, and their totals.
+
+    ``graphs`` holds one summary per FX graph (see ``GraphStats``); ``totals`` sums captures,
+    recaptures, replays and eager calls over them.
+    """
+    graphs = [LIVE_GRAPHS[n].stats.summary() for n in sorted(LIVE_GRAPHS.keys())]
+    totals: dict[str, Any] = {key: sum(g[key] for g in graphs) for key in TOTAL_KEYS}
+    totals["recaptures"] = sum(sum(g["recaptures"].values()) for g in graphs)
+    totals["eager_calls"] = sum(sum(g["eager_calls"].values()) for g in graphs)
+    totals["pool_bytes"] = sum(g["pool_bytes"] for g in graphs)
+    return {"graphs": graphs, "totals": totals}
+
+
+def reset_stats() -> None:
+    """Zero the counters of every live graph (captures stay; only the counts restart)."""
+    for manager in list(LIVE_GRAPHS.values()):
+        old = manager.stats
+        manager.stats = GraphStats(
+            name=old.name,
+            device=old.device,
+            live_keys=old.live_keys,
+            pool_bytes=old.pool_bytes,
+            kernels_per_replay=dict(old.kernels_per_replay),
+        )

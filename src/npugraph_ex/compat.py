@@ -1,0 +1,51 @@
+"""The one place that checks the torch version.
+
+Code elsewhere asks :func:`torch_at_least` instead of parsing ``torch.__version__`` itself, so a
+version-dependent branch can be found (and deleted when the minimum moves) by searching for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+__all__ = ["MIN_TORCH", "check_torch_version", "parse_version", "torch_at_least", "torch_version"]
+
+MIN_TORCH = (2, 11)
+"""Oldest supported torch release, as (major, minor)."""
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """Return (major, minor, patch) from a version string such as '2.11.0a0+git1234'.
+
+    Pre-release, dev and local suffixes are ignored, so a nightly counts as its release.
+    """
+    match = _VERSION_RE.match(text.strip())
+    if match is None:
+        raise ValueError(f"cannot parse a torch version from {text!r}; expected 'X.Y.Z...'")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def torch_version() -> tuple[int, int, int]:
+    """Return the installed torch version as (major, minor, patch)."""
+    return parse_version(str(torch.__version__))
+
+
+def torch_at_least(major: int, minor: int, patch: int = 0) -> bool:
+    """Return True when the installed torch is at least ``major.minor.patch``."""
+    return torch_version() >= (major, minor, patch)
+
+
+def check_torch_version() -> None:
+    """Raise ImportError when the installed torch is older than :data:`MIN_TORCH`."""
+    if torch_at_least(*MIN_TORCH):
+        return
+    wanted = ".".join(str(part) for part in MIN_TORCH)
+    raise ImportError(
+        f"npugraph_ex needs torch >= {wanted}, found {torch.__version__}; "
+        f'pip install "torch>={wanted}"'
+    )

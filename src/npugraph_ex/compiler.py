@@ -1,0 +1,91 @@
+"""The post-AOT compiler: passes, then a capture manager on the graph's device runtime.
+
+``compile_fx`` is public for users who build their own backend around
+``aot_module_simplified``; the ``npugraph_ex`` backend calls the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.capture.analysis import analyse_graph
+from npugraph_ex.capture.manager import CaptureManager
+from npugraph_ex.config import Config
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.passes.manager import PassManager
+from npugraph_ex.passes.pipeline import PIPELINE
+from npugraph_ex.runtime import runtime_for
+
+log = logging.getLogger(__name__)
+
+
+def graph_name() -> str:
+    """A name for the graph being compiled, after Dynamo's compile id where there is one."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return f"graph[{compile_id}]" if compile_id is not None else "graph[standalone]"
+
+
+def static_input_indices(num_inputs: int) -> list[int]:
+    """Inputs that are parameters or buffers, as AOTAutograd recorded them for this compile."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None) if context is not None else None
+    if metadata is None or metadata.static_input_indices is None:
+        return []
+    return [i for i in metadata.static_input_indices if i < num_inputs]
+
+
+def boxed(fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """Mark ``fn`` as taking its arguments as one list, as AOTAutograd calls compiled graphs."""
+    fn._boxed_call = True  # type: ignore[attr-defined]
+    return fn
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+) -> Callable[[list[Any]], Any]:
+    """Optimise an AOT inference graph and wrap it in a capture manager."""
+    name = graph_name()
+    gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
+    facts = analyse_graph(gm, example_inputs, static_input_indices(len(example_inputs)))
+    runtime = runtime_for(facts.device_type)
+    manager = CaptureManager(
+        gm, facts, example_inputs, config, runtime, name=name, pool=config.use_graph_pool
+    )
+    return boxed(manager)
+
+
+def compile_eagerly(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+) -> Callable[[list[Any]], Any]:
+    """The graph of a call that needs grad: run as is, never captured (backward is out of scope)."""
+    log_once(
+        log,
+        logging.WARNING,
+        ("needs grad", id(config)),
+        "npugraph_ex: a compiled function was called with grad enabled on inputs that require "
+        "grad; it runs without capture. Call it under torch.no_grad() or torch.inference_mode() "
+        "to capture it.",
+    )
+
+    def run(args: list[Any]) -> Any:
+        return gm(*args)
+
+    return boxed(run)
+
+
+def compile_fx(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: Mapping[str, Any] | None = None,
+) -> Callable[[list[Any]], Any]:
+    """Compile an AOTAutograd inference graph (functional ATen ops) into a replaying callable.
+
+    Use it as the ``fw_compiler``/``inference_compiler`` of your own ``aot_module_simplified``;
+    the result takes its arguments boxed (one list), as AOTAutograd expects.
+    """
+    return compile_graph(gm, example_inputs, Config.from_options(options))

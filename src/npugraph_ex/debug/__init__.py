@@ -1,0 +1,1 @@
+"""Debugging aids any stage may import."""

@@ -1,0 +1,45 @@
+"""The ``torch.compile`` backend: Dynamo graph -> AOTAutograd inference graph -> compiler.
+
+AOTAutograd lifts parameters and buffers to inputs (marking them static), functionalises the
+graph and keeps input mutations in it (``keep_inference_input_mutations=True``), so a KV-cache
+write is a ``copy_`` into the caller's tensor inside the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch.fx
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from npugraph_ex.compiler import compile_eagerly, compile_graph
+from npugraph_ex.config import Config
+
+
+def npugraph_ex_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: Mapping[str, Any] | None = None,
+    mode: str | None = None,
+) -> Any:
+    """``torch.compile(model, backend="npugraph_ex", options={...})``.
+
+    ``options`` are the flat option names of the options reference; ``mode`` is what
+    ``torch.compile(mode=...)`` passes.
+    """
+    config = Config.from_options(options, mode=mode)
+    if config.mode == "max-autotune":
+        from torch._inductor.compile_fx import compile_fx as inductor_compile
+
+        return inductor_compile(gm, example_inputs, config_patches={"max_autotune": True})
+    return aot_module_simplified(
+        gm,
+        example_inputs,
+        fw_compiler=functools.partial(compile_eagerly, config=config),
+        bw_compiler=functools.partial(compile_eagerly, config=config),
+        inference_compiler=functools.partial(compile_graph, config=config),
+        keep_inference_input_mutations=True,
+    )

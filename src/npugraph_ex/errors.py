@@ -1,0 +1,60 @@
+"""Typed exceptions raised by npugraph_ex.
+
+Every error the package raises on purpose derives from :class:`NpuGraphExError`, so callers can
+catch the whole family at once. Configuration errors also derive from ``ValueError`` (and wrong
+types from ``TypeError``), so code written against the builtin exceptions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CaptureError",
+    "ConfigError",
+    "ConfigTypeError",
+    "NpuGraphExError",
+    "PassError",
+    "UnsupportedGraphError",
+]
+
+
+class NpuGraphExError(Exception):
+    """Base class of every error npugraph_ex raises on purpose."""
+
+
+class ConfigError(NpuGraphExError, ValueError):
+    """An option has a wrong value, is unknown, or conflicts with another option.
+
+    ``option`` names the flat option at fault when there is exactly one, so that front ends
+    with their own spelling of the options (such as the TorchAir-style ``CompilerConfig``) can
+    point the user at the name they wrote.
+    """
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An option has a value of the wrong type (for example ``1`` where a bool is expected)."""
+
+
+class PassError(NpuGraphExError):
+    """A graph pass raised; the message names the pass so it can be disabled to bisect."""
+
+    def __init__(self, pass_name: str, message: str) -> None:
+        super().__init__(f"pass '{pass_name}' failed: {message}")
+        self.pass_name = pass_name
+        self.message = message
+
+    def __reduce__(self) -> tuple[type[PassError], tuple[str, str]]:
+        # The default reduction replays ``self.args`` (the formatted text) into ``__init__``,
+        # which takes two arguments; rebuild from the parts instead so the error pickles.
+        return (type(self), (self.pass_name, self.message))
+
+
+class CaptureError(NpuGraphExError):
+    """A graph could not be captured or replayed."""
+
+
+class UnsupportedGraphError(CaptureError):
+    """A graph cannot be captured and ``strict_capture=True`` forbids running it eagerly."""

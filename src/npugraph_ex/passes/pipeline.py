@@ -1,0 +1,26 @@
+"""The order of the passes, written once.
+
+Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
+on. The fusion, no-op, cat and re-inplacing passes slot in here as they are added, each behind
+the option of the same name.
+"""
+
+from __future__ import annotations
+
+from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
+from npugraph_ex.passes.dead_code import eliminate_dead_code
+from npugraph_ex.passes.manager import GraphPass
+
+PIPELINE: tuple[GraphPass, ...] = (
+    GraphPass(
+        "post_grad_custom_pre_pass",
+        run_custom_pre_pass,
+        enabled=lambda config: config.post_grad_custom_pre_pass is not None,
+    ),
+    GraphPass(
+        "post_grad_custom_post_pass",
+        run_custom_post_pass,
+        enabled=lambda config: config.post_grad_custom_post_pass is not None,
+    ),
+    GraphPass("dead_code_elimination", eliminate_dead_code),
+)

@@ -1,0 +1,75 @@
+"""The interface every device runtime implements.
+
+A runtime knows how to turn "call this function on these static inputs" into a graph object that
+re-runs the same kernels into the same memory. Everything else (graph keys, static inputs, limits,
+fallbacks, counters) is device-independent policy and lives in ``npugraph_ex.capture``.
+
+Invariant shared by every runtime: after ``capture(fn, args)`` the returned graph's ``outputs`` are
+tensors in memory owned by the graph; each ``replay()`` recomputes them in place from whatever the
+tensors in ``args`` hold at that moment. ``args`` must stay alive and at the same addresses for
+the graph's whole life.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class CapturedGraph(ABC):
+    """One captured graph: fixed inputs in, fixed outputs out."""
+
+    outputs: list[Any]
+    """The graph's own outputs; replay rewrites them in place."""
+
+    @abstractmethod
+    def replay(self) -> None:
+        """Re-run every captured kernel into the same memory."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Drop the graph and the memory it holds; the graph must not be replayed again."""
+
+    @property
+    @abstractmethod
+    def pool_bytes(self) -> int:
+        """Bytes of intermediates and outputs the graph keeps alive."""
+
+    @property
+    def kernel_count(self) -> int | None:
+        """Kernels one replay launches, where the runtime can tell."""
+        return None
+
+
+class DeviceRuntime(ABC):
+    """Captures and replays graphs on one device type."""
+
+    name: str
+    """Device type, as in ``torch.device(name)``."""
+
+    capture_executes: bool
+    """True when capturing also computes the outputs (so the capturing call needs no replay)."""
+
+    @abstractmethod
+    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
+        """Run ``fn(*args)`` eagerly ``iters`` times so that lazy library state exists."""
+
+    @abstractmethod
+    def capture(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        *,
+        pool: Any,
+        capture_error_mode: str,
+    ) -> CapturedGraph:
+        """Capture ``fn(*args)`` into a graph drawing memory from ``pool``."""
+
+    @abstractmethod
+    def new_pool(self) -> Any:
+        """A fresh memory pool handle for graphs that should share memory."""
+
+    def synchronize(self) -> None:
+        """Wait for the device to finish queued work (no-op where work is synchronous)."""
+        return None

@@ -1,0 +1,140 @@
+"""How the CPU replay engine re-issues one recorded kernel.
+
+At capture every ATen kernel call is turned into a *step*: a callable with its arguments bound to
+the exact tensors the call used. Replaying the steps in order recomputes every output into the
+tensor object it was first produced in, so addresses never change:
+
+    captured:  %add = aten.add.Tensor(%x, %y)         -> a fresh tensor T
+    replayed:  aten.add.out(x, y, out=T)               (writes T in place)
+
+Rules, per kernel:
+
+- views and other outputs that share storage with an input are not recomputed: they alias memory
+  that is itself fixed, so they stay valid;
+- in-place and ``out=`` kernels are re-issued as recorded;
+- a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output;
+- any other functional kernel computes a temporary and copies it into its recorded output;
+- ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.utils import _pytree as pytree
+
+from npugraph_ex.errors import CaptureError
+
+aten = torch.ops.aten
+
+TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+UNINITIALISED_FACTORIES = frozenset(
+    {
+        aten.empty.memory_format,
+        aten.empty_strided.default,
+        aten.empty_like.default,
+        aten.new_empty.default,
+        aten.new_empty_strided.default,
+    }
+)
+
+Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+"""A bound kernel call: ``fn(*args, **kwargs)``."""
+
+
+def signature_of(op: OpOverload, *, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """The (name, type) pairs of an op's non-out arguments, minus ``drop``."""
+    return [
+        (arg.name, str(arg.type))
+        for arg in op._schema.arguments
+        if not arg.is_out and arg.name not in drop
+    ]
+
+
+@functools.cache
+def out_variant(op: OpOverload) -> tuple[OpOverload, tuple[str, ...]] | None:
+    """The ``out=`` overload computing the same thing as functional ``op``, and its out names.
+
+    Matched by schema: same non-out arguments (names and types, in order), ignoring the tensor
+    options of factories, and one out argument per return.
+    """
+    wanted = signature_of(op, drop=TENSOR_OPTION_ARGS)
+    n_returns = len(op._schema.returns)
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        out_names = tuple(arg.name for arg in candidate._schema.arguments if arg.is_out)
+        if len(out_names) != n_returns or not out_names:
+            continue
+        if signature_of(candidate, drop=TENSOR_OPTION_ARGS) == wanted:
+            return candidate, out_names
+    return None
+
+
+def storages_of(values: Sequence[Any]) -> set[int]:
+    """Data pointers of the storages behind every tensor in ``values`` (nested lists included)."""
+    return {
+        leaf.untyped_storage().data_ptr()
+        for leaf in pytree.tree_leaves(values)
+        if isinstance(leaf, torch.Tensor) and leaf.untyped_storage().nbytes() > 0
+    }
+
+
+def needs_recompute(output: torch.Tensor, input_storages: set[int]) -> bool:
+    """False for outputs that alias an input (fixed already) or hold no elements."""
+    if output.numel() == 0:
+        return False
+    return output.untyped_storage().data_ptr() not in input_storages
+
+
+def result_structure(op: OpOverload, result: Any) -> list[Any]:
+    """One entry per schema return (a tensor, a list of tensors, or a non-tensor)."""
+    return [result] if len(op._schema.returns) == 1 else list(result)
+
+
+def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Step | None:
+    """The step that recomputes ``result`` in place on replay, or None when nothing must run."""
+    if op in UNINITIALISED_FACTORIES:
+        return None
+    leaves = pytree.tree_leaves(result)
+    if any(not isinstance(leaf, torch.Tensor) for leaf in leaves if leaf is not None):
+        if torch.Tag.data_dependent_output in op.tags:
+            raise CaptureError(f"{op} reads tensor data on the host")
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    input_storages = storages_of((args, kwargs))
+    fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
+    if op._schema.is_mutable:
+        if not fresh:
+            return op._op, args, kwargs
+        return compute_and_copy(op, args, kwargs, tensors, fresh)
+    if not fresh:
+        return None
+    variant = out_variant(op)
+    if variant is not None and len(fresh) == len(tensors):
+        out_op, out_names = variant
+        out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
+        out_kwargs.update(zip(out_names, result_structure(op, result), strict=True))
+        return out_op._op, args, out_kwargs
+    return compute_and_copy(op, args, kwargs, tensors, fresh)
+
+
+def compute_and_copy(
+    op: OpOverload, args: tuple, kwargs: dict, tensors: list[torch.Tensor], fresh: list[int]
+) -> Step:
+    """A step that runs ``op`` functionally and copies its fresh outputs into the recorded ones."""
+    kernel = op._op
+    targets = [(i, tensors[i]) for i in fresh]
+
+    def run(*call_args: Any, **call_kwargs: Any) -> None:
+        result = kernel(*call_args, **call_kwargs)
+        new = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+        for index, target in targets:
+            target.copy_(new[index])
+
+    run.__qualname__ = f"compute_and_copy[{op}]"
+    return run, args, kwargs

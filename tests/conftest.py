@@ -1,0 +1,43 @@
+"""Shared fixtures: the device parametrisation, a clean Dynamo state per test, seeded models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from models import make_tiny_qwen3
+
+CUDA_PARAM = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.cuda,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available"),
+    ],
+)
+
+
+@pytest.fixture(params=["cpu", CUDA_PARAM])
+def device(request: pytest.FixtureRequest) -> str:
+    """Every device a runtime test must pass on: CPU always, CUDA when present."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def reset_dynamo() -> None:
+    """Compiled code and guards from an earlier test must not leak into this one."""
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def seed() -> int:
+    torch.manual_seed(0)
+    return 0
+
+
+@pytest.fixture
+def tiny_qwen3_config() -> Callable[..., torch.nn.Module]:
+    """The ``make_tiny_qwen3(**overrides)`` builder; skips the test when transformers is absent."""
+    pytest.importorskip("transformers")
+    return make_tiny_qwen3

@@ -1,0 +1,93 @@
+"""Small seeded models shared by the tests.
+
+Every builder seeds a forked RNG, so the weights are the same on every call and the caller's
+random state is left untouched. Models come back in eval mode on CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+TINY_QWEN3: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    max_position_embeddings=256,
+)
+
+
+def make_tiny_qwen3(*, seed: int = 0, **overrides: Any) -> nn.Module:
+    """A two-layer Qwen3 causal LM with random weights; ``overrides`` update ``TINY_QWEN3``."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(**{**TINY_QWEN3, **overrides})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    return model.eval()
+
+
+class MLP(nn.Module):
+    """LayerNorm → Linear → GELU → Linear."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+def make_mlp(dim: int = 32, hidden: int = 64, *, seed: int = 0) -> nn.Module:
+    """An MLP mapping ``(..., dim)`` to ``(..., dim)``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = MLP(dim, hidden)
+    return model.eval()
+
+
+class CNN(nn.Module):
+    """Conv2d → BatchNorm2d → ReLU → MaxPool2d(2) → Linear over the flattened feature map."""
+
+    def __init__(self, in_channels: int, channels: int, image_size: int, num_classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, channels, kernel_size=3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(channels * (image_size // 2) ** 2, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.act(self.bn(self.conv(x))))
+        return self.fc(torch.flatten(x, 1))
+
+
+def make_cnn(
+    in_channels: int = 3,
+    channels: int = 8,
+    image_size: int = 16,
+    num_classes: int = 10,
+    *,
+    seed: int = 0,
+) -> nn.Module:
+    """A CNN over ``(batch, in_channels, image_size, image_size)`` images.
+
+    BatchNorm running statistics are randomised so that, in eval mode, the norm is not the identity
+    and a pass that mishandles it changes the numerics.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = CNN(in_channels, channels, image_size, num_classes)
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    return model.eval()
