@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import npugraph_ex
 from models import make_tiny_qwen3
 
 CUDA_PARAM = pytest.param(
@@ -26,8 +27,9 @@ def device(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def reset_dynamo() -> None:
-    """Compiled code and guards from an earlier test must not leak into this one."""
+    """Compiled code, guards and counters from an earlier test must not leak into this one."""
     torch._dynamo.reset()
+    npugraph_ex.reset_stats()
 
 
 @pytest.fixture

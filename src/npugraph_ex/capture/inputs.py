@@ -57,6 +57,12 @@ class InputLayout:
             tuple(args[i].data_ptr() for i in self.keyed_addresses),
         )
 
+    def describe(self, key: tuple) -> str:
+        """A short, readable form of a key's shapes and values (addresses left out)."""
+        shapes = ", ".join("x".join(map(str, shape)) or "scalar" for shape in key[0])
+        values = ", ".join(map(str, key[2] + key[3]))
+        return f"shapes=[{shapes}] values=[{values}]"
+
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
         return tuple(args[i].data_ptr() for i in self.mutated)
 

@@ -37,6 +37,7 @@ GLOBAL_CAPTURE_LOCK = threading.RLock()
 
 @dataclass
 class CapturedKey:
+    label: str
     graph: CapturedGraph
     copies: tuple[tuple[int, torch.Tensor], ...]
     mutated_addresses: tuple[int, ...]
@@ -74,6 +75,8 @@ class CaptureManager:
         if self.config.force_eager:
             return self.run_eager(args, "force_eager")
         if self.blocker is not None:
+            if self.config.strict_capture:
+                raise self.strict_error()
             return self.run_eager(args, "cannot capture")
         key = self.layout.key_of(args)
         entry = self.entries.get(key)
@@ -92,6 +95,7 @@ class CaptureManager:
         io.refresh(entry.copies, args)
         entry.graph.replay()
         self.stats.replays += 1
+        self.stats.keys[entry.label]["replays"] += 1
         return self.outputs_of(entry.graph)
 
     def outputs_of(self, graph: CapturedGraph) -> list[Any]:
@@ -113,17 +117,23 @@ class CaptureManager:
             graph = self.capture_staged(staged)
         except Exception as error:  # any failure to capture falls back to eager, once explained
             self.refuse(f"capture failed: {type(error).__name__}: {error}")
+            if self.config.strict_capture:
+                raise self.strict_error() from error
             return self.run_eager(args, "cannot capture")
         self.stats.capture_seconds += time.perf_counter() - started
-        entry = CapturedKey(graph, staged.copies, staged.mutated_addresses, staged.args)
+        label = f"key{self.stats.captures}: {self.layout.describe(key)}"
+        entry = CapturedKey(label, graph, staged.copies, staged.mutated_addresses, staged.args)
         self.entries[key] = entry
         self.stats.captures += 1
         if recapture_reason is not None:
             self.stats.recaptures[recapture_reason] += 1
         self.stats.live_keys = len(self.entries)
         self.stats.pool_bytes += graph.pool_bytes
-        if graph.kernel_count is not None:
-            self.stats.kernels_per_replay[repr(key[:3])] = graph.kernel_count
+        self.stats.keys[label] = {
+            "replays": 0,
+            "kernels": graph.kernel_count,
+            "pool_bytes": graph.pool_bytes,
+        }
         if not self.runtime.capture_executes:
             graph.replay()
         return self.outputs_of(graph)
@@ -154,18 +164,21 @@ class CaptureManager:
 
     def forget(self, key: tuple, entry: CapturedKey) -> None:
         self.stats.pool_bytes -= entry.graph.pool_bytes
-        self.stats.kernels_per_replay.pop(repr(key[:3]), None)
+        self.stats.keys.pop(entry.label, None)
         entry.graph.release()
         self.stats.live_keys = len(self.entries)
 
+    def strict_error(self) -> UnsupportedGraphError:
+        return UnsupportedGraphError(
+            f"{self.stats.name} cannot be captured: {self.blocker}. Set "
+            "options={'strict_capture': False} to run it eagerly instead."
+        )
+
     def refuse(self, reason: str) -> None:
         """Stop capturing this graph: every later call runs eagerly (or raises when strict)."""
-        if self.config.strict_capture:
-            raise UnsupportedGraphError(
-                f"{self.stats.name} cannot be captured: {reason}. Set "
-                "options={'strict_capture': False} to run it eagerly instead."
-            )
         self.blocker = reason
+        if self.config.strict_capture:
+            return
         log_once(
             log,
             logging.WARNING,

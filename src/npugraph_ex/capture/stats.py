@@ -26,8 +26,8 @@ class GraphStats:
     live_keys: int = 0
     pool_bytes: int = 0
     """Bytes held by the live captures of this graph."""
-    kernels_per_replay: dict[str, int] = field(default_factory=dict)
-    """Kernels one replay launches, per key (where the runtime can tell)."""
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per live key (labelled by its shapes and values): replays, kernels per replay, bytes."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -40,7 +40,7 @@ class GraphStats:
             "capture_seconds": round(self.capture_seconds, 6),
             "live_keys": self.live_keys,
             "pool_bytes": self.pool_bytes,
-            "kernels_per_replay": dict(self.kernels_per_replay),
+            "keys": {label: dict(info) for label, info in self.keys.items()},
         }
 
 
@@ -80,5 +80,5 @@ def reset_stats() -> None:
             device=old.device,
             live_keys=old.live_keys,
             pool_bytes=old.pool_bytes,
-            kernels_per_replay=dict(old.kernels_per_replay),
+            keys={label: {**info, "replays": 0} for label, info in old.keys.items()},
         )

@@ -9,6 +9,7 @@ recomputation, no FX interpretation, one tight loop below autograd.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,14 +26,17 @@ class KernelRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.steps: list[Step] = []
+        self.step_kinds: Counter[str] = Counter()
         self.produced: list[Any] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        step = plan_step(func, args, kwargs, result)
-        if step is not None:
+        planned = plan_step(func, args, kwargs, result)
+        if planned is not None:
+            kind, step = planned
             self.steps.append(step)
+            self.step_kinds[kind] += 1
         # Every result stays alive for the graph's life: its address is part of the graph.
         self.produced.append(result)
         return result
@@ -41,11 +45,13 @@ class KernelRecorder(TorchDispatchMode):
 class CpuGraph(CapturedGraph):
     """The recorded steps of one capture, with the memory they write."""
 
-    def __init__(self, steps: list[Step], outputs: list[Any], produced: list[Any], inputs: Any):
-        self.steps = steps
+    def __init__(self, recorder: KernelRecorder, outputs: list[Any], inputs: Any):
+        self.steps = recorder.steps
+        self.step_kinds = recorder.step_kinds
+        """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
-        self.produced = produced
-        self._pool_bytes = owned_bytes(produced, inputs)
+        self.produced = recorder.produced
+        self._pool_bytes = owned_bytes(self.produced, inputs)
 
     def replay(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
@@ -107,7 +113,7 @@ class CpuRuntime(DeviceRuntime):
         recorder = KernelRecorder()
         with torch.no_grad(), recorder:
             outputs = list(fn(*args))
-        return CpuGraph(recorder.steps, outputs, recorder.produced, list(args))
+        return CpuGraph(recorder, outputs, list(args))
 
     def new_pool(self) -> CpuPool:
         return CpuPool()

@@ -46,6 +46,9 @@ UNINITIALISED_FACTORIES = frozenset(
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A bound kernel call: ``fn(*args, **kwargs)``."""
 
+PlannedStep = tuple[str, Step]
+"""A step and its kind: ``"inplace"`` (re-issued as recorded), ``"out"`` or ``"copy"``."""
+
 
 def signature_of(op: OpOverload, *, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """The (name, type) pairs of an op's non-out arguments, minus ``drop``."""
@@ -57,23 +60,42 @@ def signature_of(op: OpOverload, *, drop: frozenset[str] = frozenset()) -> list[
 
 
 @functools.cache
-def out_variant(op: OpOverload) -> tuple[OpOverload, tuple[str, ...]] | None:
+def out_variant(
+    op: OpOverload, numbers: frozenset[str] = frozenset()
+) -> tuple[OpOverload, tuple[str, ...]] | None:
     """The ``out=`` overload computing the same thing as functional ``op``, and its out names.
 
-    Matched by schema: same non-out arguments (names and types, in order), ignoring the tensor
-    options of factories, and one out argument per return.
+    Matched by schema: the same non-out arguments, ignoring the tensor options of factories, and
+    one out argument per return. Where the call passes Python numbers (``numbers``) for Tensor
+    arguments, an overload taking them as Scalars is preferred: the Tensor one would allocate a
+    wrapped scalar on every replay.
     """
     wanted = signature_of(op, drop=TENSOR_OPTION_ARGS)
-    n_returns = len(op._schema.returns)
+    scalar_form = [
+        (name, "number") if name in numbers and kind == "Tensor" else (name, kind)
+        for name, kind in wanted
+    ]
+    found = {}
     packet = op.overloadpacket
     for name in packet.overloads():
         candidate = getattr(packet, name)
         out_names = tuple(arg.name for arg in candidate._schema.arguments if arg.is_out)
-        if len(out_names) != n_returns or not out_names:
+        if len(out_names) != len(op._schema.returns) or not out_names:
             continue
-        if signature_of(candidate, drop=TENSOR_OPTION_ARGS) == wanted:
-            return candidate, out_names
-    return None
+        signature = signature_of(candidate, drop=TENSOR_OPTION_ARGS)
+        if signature in (wanted, scalar_form):
+            found[signature == scalar_form] = (candidate, out_names)
+    return found.get(True, found.get(False))
+
+
+def numbers_for_tensors(op: OpOverload, args: tuple, kwargs: dict) -> frozenset[str]:
+    """Names of Tensor arguments the call passes Python numbers for."""
+    names = []
+    for position, argument in enumerate(op._schema.arguments):
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        if str(argument.type) == "Tensor" and isinstance(value, (bool, int, float)):
+            names.append(argument.name)
+    return frozenset(names)
 
 
 def storages_of(values: Sequence[Any]) -> set[int]:
@@ -97,7 +119,7 @@ def result_structure(op: OpOverload, result: Any) -> list[Any]:
     return [result] if len(op._schema.returns) == 1 else list(result)
 
 
-def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Step | None:
+def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> PlannedStep | None:
     """The step that recomputes ``result`` in place on replay, or None when nothing must run."""
     if op in UNINITIALISED_FACTORIES:
         return None
@@ -110,17 +132,17 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Step | 
     fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
     if op._schema.is_mutable:
         if not fresh:
-            return op._op, args, kwargs
-        return compute_and_copy(op, args, kwargs, tensors, fresh)
+            return "inplace", (op._op, args, kwargs)
+        return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
     if not fresh:
         return None
-    variant = out_variant(op)
+    variant = out_variant(op, numbers_for_tensors(op, args, kwargs))
     if variant is not None and len(fresh) == len(tensors):
         out_op, out_names = variant
         out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
         out_kwargs.update(zip(out_names, result_structure(op, result), strict=True))
-        return out_op._op, args, out_kwargs
-    return compute_and_copy(op, args, kwargs, tensors, fresh)
+        return "out", (out_op._op, args, out_kwargs)
+    return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
 
 
 def compute_and_copy(

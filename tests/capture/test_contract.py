@@ -1,0 +1,310 @@
+"""The capture-and-replay contract (DESIGN section 5), one test per rule, on every device."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import npugraph_ex
+from npugraph_ex.errors import UnsupportedGraphError
+
+
+def totals() -> dict:
+    return npugraph_ex.stats()["totals"]
+
+
+def only_graph() -> dict:
+    graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"] or g["eager_calls"]]
+    assert len(graphs) == 1, graphs
+    return graphs[0]
+
+
+def compiled(fn, **options):
+    dynamic = options.pop("dynamic", True)
+    return torch.compile(
+        fn, backend="npugraph_ex", fullgraph=True, dynamic=dynamic, options=options or None
+    )
+
+
+def mixed_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    h = torch.nn.functional.layer_norm(x @ w + b, (w.shape[1],))
+    return torch.softmax(h, dim=-1) * torch.sigmoid(h).sum(-1, keepdim=True) - h.mean()
+
+
+@torch.no_grad()
+def test_replay_is_bit_identical_to_eager(device: str) -> None:
+    w, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
+    fn = compiled(mixed_ops)
+    for _ in range(4):
+        x = torch.randn(5, 8, device=device)
+        assert torch.equal(fn(x, w, b), mixed_ops(x, w, b))
+    assert totals()["captures"] == 1
+    assert totals()["replays"] == 3
+
+
+@torch.no_grad()
+def test_new_shape_captures_and_known_shape_replays(device: str) -> None:
+    w, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
+    fn = compiled(mixed_ops)
+    for rows in (2, 3, 2, 3, 4):
+        x = torch.randn(rows, 8, device=device)
+        assert torch.equal(fn(x, w, b), mixed_ops(x, w, b))
+    graph = only_graph()
+    assert graph["captures"] == 3
+    assert graph["replays"] == 2
+    assert graph["live_keys"] == 3
+    assert sorted(info["replays"] for info in graph["keys"].values()) == [0, 1, 1]
+
+
+class KvCache(torch.nn.Module):
+    """Writes one row of a caller-owned cache in place and reads the whole cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, cache: torch.Tensor, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        cache.index_copy_(0, pos, self.proj(x))
+        return cache.sum(0) * 2
+
+
+@torch.no_grad()
+def test_mutated_input_lands_in_the_callers_tensor(device: str) -> None:
+    model = KvCache().to(device)
+    fn = compiled(model, dynamic=False)
+    eager_cache = torch.zeros(6, 4, device=device)
+    graph_cache = torch.zeros(6, 4, device=device)
+    for step in range(6):
+        pos = torch.tensor([step], device=device)
+        x = torch.randn(1, 4, device=device)
+        expected = model(eager_cache, pos, x)
+        assert torch.equal(fn(graph_cache, pos, x), expected)
+        assert torch.equal(graph_cache, eager_cache)
+    assert totals()["captures"] == 1
+    assert totals()["replays"] == 5
+
+
+@torch.no_grad()
+def test_mutated_input_at_a_new_address_recaptures(device: str) -> None:
+    model = KvCache().to(device)
+    fn = compiled(model, dynamic=False)
+    pos, x = torch.tensor([1], device=device), torch.randn(1, 4, device=device)
+    first, second = torch.zeros(6, 4, device=device), torch.zeros(6, 4, device=device)
+    fn(first, pos, x)
+    fn(first, pos, x)
+    out = fn(second, pos, x)
+    assert torch.equal(out, model(torch.zeros(6, 4, device=device), pos, x))
+    assert torch.equal(second, first)
+    assert only_graph()["recaptures"] == {"mutated input moved": 1}
+    assert totals()["captures"] == 2
+
+
+@torch.no_grad()
+def test_parameter_at_a_new_address_is_a_new_key(device: str) -> None:
+    lin = torch.nn.Linear(4, 3).to(device)
+    fn = compiled(lin)
+    x = torch.randn(2, 4, device=device)
+    fn(x)
+    lin.weight.data = torch.randn(3, 4, device=device)
+    assert torch.equal(fn(x), lin(x))
+    assert totals()["captures"] == 2
+    assert totals()["replays"] == 0
+
+
+@torch.no_grad()
+def test_outputs_are_graph_memory_unless_clone_output(device: str) -> None:
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    shared = compiled(double)
+    x = torch.randn(4, device=device)
+    first, second = shared(x), shared(x + 1)
+    assert first.data_ptr() == second.data_ptr()
+    assert torch.equal(first, (x + 1) * 2)
+
+    torch._dynamo.reset()
+    private = compiled(double, clone_output=True)
+    first, second = private(x), private(x + 1)
+    assert first.data_ptr() != second.data_ptr()
+    assert torch.equal(first, x * 2)
+    assert torch.equal(second, (x + 1) * 2)
+
+
+@torch.no_grad()
+def test_outputs_aliasing_inputs_alias_the_callers_tensor(device: str) -> None:
+    def views(x: torch.Tensor):
+        return x, x[1], x.view(-1), x + 1
+
+    fn = compiled(views, dynamic=False)
+    for _ in range(3):
+        x = torch.randn(3, 4, device=device)
+        same, row, flat, plus = fn(x)
+        assert same is x
+        assert row.data_ptr() == x[1].data_ptr()
+        assert flat.data_ptr() == x.data_ptr()
+        x.fill_(7.0)
+        assert torch.equal(row, torch.full((4,), 7.0, device=device))
+        assert plus.data_ptr() != x.data_ptr()
+
+
+@torch.no_grad()
+def test_unusual_inputs(device: str) -> None:
+    def fn(x, empty, scale, n: int, factor: float):
+        return x.t() @ x * scale + n * factor, empty.sum(0), x[:, :n]
+
+    graph = compiled(fn)
+    for n in (1, 2, 2):
+        x = torch.randn(6, 4, device=device).t()  # non-contiguous
+        empty = torch.randn(0, 3, device=device)
+        scale = torch.tensor(1.5 + n, device=device)  # 0-d tensor
+        got, expected = graph(x, empty, scale, n, 0.5), fn(x, empty, scale, n, 0.5)
+        assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
+    assert totals()["captures"] == 2
+    assert totals()["replays"] == 1
+
+
+@torch.no_grad()
+def test_capture_limit_keeps_replaying_captured_keys(
+    device: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fn(x):
+        return x.cos() + 1
+
+    graph = compiled(fn, capture_limit=2)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for rows in (2, 3, 4, 5, 2, 3, 4):
+            x = torch.randn(rows, 3, device=device)
+            assert torch.equal(graph(x), fn(x))
+    stats = only_graph()
+    assert stats["captures"] == 2
+    assert stats["replays"] == 2
+    assert stats["eager_calls"] == {"capture_limit": 3}
+    limit_warnings = [r for r in caplog.records if "capture_limit=2" in r.getMessage()]
+    assert len(limit_warnings) == 1
+    assert "options={'capture_limit': N}" in limit_warnings[0].getMessage()
+
+
+@torch.no_grad()
+def test_force_eager_never_captures(device: str) -> None:
+    w, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
+    fn = compiled(mixed_ops, force_eager=True)
+    for _ in range(3):
+        x = torch.randn(5, 8, device=device)
+        assert torch.equal(fn(x, w, b), mixed_ops(x, w, b))
+    assert totals()["captures"] == 0
+    assert only_graph()["eager_calls"] == {"force_eager": 3}
+
+
+@torch.no_grad()
+def test_force_recapture_captures_every_call(device: str) -> None:
+    w, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
+    fn = compiled(mixed_ops, force_recapture=True)
+    for _ in range(3):
+        x = torch.randn(5, 8, device=device)
+        assert torch.equal(fn(x, w, b), mixed_ops(x, w, b))
+    stats = only_graph()
+    assert stats["captures"] == 3
+    assert stats["recaptures"] == {"force_recapture": 2}
+    assert stats["replays"] == 0
+    assert stats["live_keys"] == 1
+
+
+def noisy(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.rand_like(x)  # the random op that blocks capture
+
+
+@torch.no_grad()
+def test_graph_with_random_op_runs_eagerly_and_says_why(
+    device: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fn = compiled(noisy)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        outs = [fn(torch.zeros(3, device=device)) for _ in range(3)]
+    assert not torch.equal(outs[0], outs[1])  # fresh random numbers every call
+    assert totals()["captures"] == 0
+    assert only_graph()["eager_calls"] == {"cannot capture": 3}
+    reasons = [r.getMessage() for r in caplog.records if "not captured" in r.getMessage()]
+    assert len(reasons) == 1
+    assert "random-number op" in reasons[0]
+    assert "aten.rand" in reasons[0]
+    assert "test_contract.py" in reasons[0]
+    assert "torch.rand_like(x)" in reasons[0]
+
+
+@torch.no_grad()
+def test_host_sync_runs_eagerly(device: str, caplog: pytest.LogCaptureFixture) -> None:
+    def fn(x):
+        return torch.nonzero(x > 0).sum() + x
+
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        graph = compiled(fn)
+        with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+            for _ in range(2):
+                x = torch.randn(4, device=device)
+                assert torch.equal(graph(x), fn(x))
+    assert totals()["captures"] == 0
+    assert any("host synchronisation" in r.getMessage() for r in caplog.records)
+
+
+@torch.no_grad()
+def test_strict_capture_raises_instead_of_falling_back(device: str) -> None:
+    fn = compiled(noisy, strict_capture=True)
+    with pytest.raises(UnsupportedGraphError, match="random-number op") as raised:
+        fn(torch.zeros(3, device=device))
+    assert "options={'strict_capture': False}" in str(raised.value)
+
+
+@torch.no_grad()
+def test_warmup_runs_leave_inputs_as_one_call_would(device: str) -> None:
+    def bump(counter: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        counter.add_(1)
+        return x * counter
+
+    fn = compiled(bump, dynamic=False, num_warmup_iters=3)
+    counter = torch.zeros(1, device=device)
+    x = torch.ones(2, device=device)
+    assert torch.equal(fn(counter, x), torch.ones(2, device=device))
+    assert counter.item() == 1
+    assert torch.equal(fn(counter, x), torch.full((2,), 2.0, device=device))
+    assert counter.item() == 2
+    assert totals()["captures"] == 1
+
+
+def test_call_needing_grad_runs_without_capture(
+    device: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    lin = torch.nn.Linear(4, 2).to(device)
+    fn = compiled(lin)
+    x = torch.randn(3, 4, device=device)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        out = fn(x)
+        fn(x)
+    out.sum().backward()
+    assert lin.weight.grad is not None
+    assert torch.equal(out, lin(x))
+    assert totals()["captures"] == 0
+    messages = [r.getMessage() for r in caplog.records if "runs without capture" in r.getMessage()]
+    assert len(messages) == 1
+    with torch.no_grad():
+        fn(x)
+        fn(x)
+    assert totals()["captures"] == 1
+    assert totals()["replays"] == 1
+
+
+@torch.no_grad()
+def test_each_graph_of_a_graph_break_is_captured(device: str) -> None:
+    def broken(x):
+        y = x.sin() * 2
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    fn = torch.compile(broken, backend="npugraph_ex")
+    for _ in range(3):
+        x = torch.randn(4, device=device)
+        assert torch.equal(fn(x), broken(x))
+    graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"]]
+    assert len(graphs) == 2
+    assert [g["replays"] for g in graphs] == [2, 2]

@@ -1,0 +1,77 @@
+"""Surprising semantics of capture and replay, shown on purpose.
+
+Each test states a behaviour that follows from replaying fixed memory, so that nobody mistakes it
+for a bug and nobody changes it by accident.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import npugraph_ex
+
+
+def compiled(fn, dynamic: bool = False, **options):
+    return torch.compile(
+        fn, backend="npugraph_ex", fullgraph=True, dynamic=dynamic, options=options or None
+    )
+
+
+@torch.no_grad()
+def test_an_output_is_overwritten_by_the_next_call() -> None:
+    fn = compiled(lambda x: x * 2)
+    first = fn(torch.ones(3))
+    fn(torch.full((3,), 5.0))
+    # ``first`` is the graph's own output memory: the second call rewrote it.
+    assert torch.equal(first, torch.full((3,), 10.0))
+    kept = fn(torch.ones(3)).clone()  # clone what must survive the next call
+    fn(torch.zeros(3))
+    assert torch.equal(kept, torch.full((3,), 2.0))
+
+
+@torch.no_grad()
+def test_frozen_parameter_does_not_notice_a_moved_parameter() -> None:
+    lin = torch.nn.Linear(2, 2, bias=False)
+    old_weight = lin.weight.detach().clone()
+    fn = compiled(lin, frozen_parameter=True)
+    x = torch.ones(1, 2)
+    fn(x)
+    lin.weight.data = torch.zeros(2, 2)  # new address: frozen_parameter promised this never happens
+    assert torch.equal(fn(x), x @ old_weight.t())  # still reads the memory captured first
+    assert npugraph_ex.stats()["totals"]["captures"] == 1
+
+
+@torch.no_grad()
+def test_parameter_values_changed_in_place_are_seen() -> None:
+    lin = torch.nn.Linear(2, 2, bias=False)
+    fn = compiled(lin, frozen_parameter=True)
+    x = torch.ones(1, 2)
+    fn(x)
+    lin.weight.fill_(1.0)  # same address, new values: replays read them
+    assert torch.equal(fn(x), torch.full((1, 2), 2.0))
+
+
+@torch.no_grad()
+def test_without_clone_input_the_first_input_becomes_the_static_buffer() -> None:
+    fn = compiled(lambda x: x + 1, clone_input=False)
+    first = torch.zeros(3)
+    fn(first)
+    fn(torch.full((3,), 4.0))
+    # The second call's input was copied into the first call's tensor.
+    assert torch.equal(first, torch.full((3,), 4.0))
+
+
+@torch.no_grad()
+def test_every_distinct_int_argument_is_its_own_capture() -> None:
+    def scale(x: torch.Tensor, step: int) -> torch.Tensor:
+        return x * step
+
+    fn = compiled(scale, dynamic=True)
+    for step in range(2, 6):
+        assert torch.equal(fn(torch.ones(2), step), torch.full((2,), float(step)))
+    # Ints are baked into the captured kernels, so each value is a new graph key.
+    assert npugraph_ex.stats()["totals"]["captures"] == 4
+    tensor_step = compiled(lambda x, s: x * s)
+    for step in range(2, 6):
+        tensor_step(torch.ones(2), torch.tensor(float(step)))
+    assert npugraph_ex.stats()["totals"]["captures"] == 5  # a tensor argument needs one
