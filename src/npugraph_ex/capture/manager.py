@@ -27,7 +27,7 @@ from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import UnsupportedGraphError
-from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime
+from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class CaptureManager:
 
     def run_eager(self, args: Sequence[Any], reason: str) -> list[Any]:
         self.stats.eager_calls[reason] += 1
-        return list(self.fn(*args))
+        return as_output_list(self.fn(*args))
 
     def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
         old = self.entries.pop(key, None)

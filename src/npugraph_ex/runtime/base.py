@@ -16,6 +16,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
+
+def as_output_list(result: Any) -> list[Any]:
+    """A graph's outputs as a list (AOT graphs return a tuple; a plain graph may return one)."""
+    return [result] if isinstance(result, torch.Tensor) else list(result)
+
 
 class CapturedGraph(ABC):
     """One captured graph: fixed inputs in, fixed outputs out."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime
+from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
 
 
@@ -112,7 +112,7 @@ class CpuRuntime(DeviceRuntime):
     ) -> CpuGraph:
         recorder = KernelRecorder()
         with torch.no_grad(), recorder:
-            outputs = list(fn(*args))
+            outputs = as_output_list(fn(*args))
         return CpuGraph(recorder, outputs, list(args))
 
     def new_pool(self) -> CpuPool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime
+from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 
 
 class DeviceGraph(CapturedGraph):
@@ -67,7 +67,7 @@ class StreamGraphRuntime(DeviceRuntime):
         graph = self.graph_class()
         context = self.graph_context(graph, pool=pool, capture_error_mode=capture_error_mode)
         with torch.no_grad(), context:
-            outputs = list(fn(*args))
+            outputs = as_output_list(fn(*args))
         self.module.synchronize()
         return DeviceGraph(graph, outputs, self.module.memory_allocated() - before)
 

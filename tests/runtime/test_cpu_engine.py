@@ -1,0 +1,115 @@
+"""The CPU replay engine: what it re-issues, where it writes, and that it allocates nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.profiler import ProfilerActivity, profile
+
+from npugraph_ex.errors import CaptureError
+from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.cpu_steps import out_variant
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize(
+    ("op", "numbers", "expected"),
+    [
+        (aten.add.Tensor, frozenset(), aten.add.out),
+        (aten.mul.Tensor, frozenset({"other"}), aten.mul.Scalar_out),
+        (aten.pow.Tensor_Scalar, frozenset(), aten.pow.Tensor_Scalar_out),
+        (aten.sum.dim_IntList, frozenset(), aten.sum.IntList_out),
+        (aten.mm.default, frozenset(), aten.mm.out),
+        (aten.full.default, frozenset(), aten.full.out),
+        (aten.native_layer_norm.default, frozenset(), aten.native_layer_norm.out),
+        (aten._scaled_dot_product_flash_attention_for_cpu.default, frozenset(), None),
+    ],
+)
+def test_out_variant_is_found_by_schema(op, numbers, expected) -> None:
+    found = out_variant(op, numbers)
+    assert (found[0] if found else None) == expected
+
+
+def linear_relu_views(x: torch.Tensor, w: torch.Tensor):
+    h = (x @ w).relu()
+    return h.view(-1) * 2 + 1, h.t(), h[1:]
+
+
+def capture(fn, *args):
+    gm = make_fx(fn)(*args)
+    return runtime_for("cpu").capture(gm, list(args), pool=None, capture_error_mode="global")
+
+
+def test_views_are_not_replayed_and_outputs_keep_their_addresses() -> None:
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    graph = capture(linear_relu_views, x, w)
+    assert graph.kernel_count == 4  # mm, relu, mul, add; view, t and slice alias fixed memory
+    assert graph.step_kinds == {"out": 4}
+    addresses = [o.data_ptr() for o in graph.outputs]
+    x.copy_(torch.randn(4, 8))  # a new value in the captured input's memory
+    graph.replay()
+    assert [o.data_ptr() for o in graph.outputs] == addresses
+    for got, expected in zip(graph.outputs, linear_relu_views(x, w), strict=True):
+        assert torch.equal(got, expected)
+
+
+def test_replay_allocates_nothing_when_every_kernel_has_an_out_overload() -> None:
+    graph = capture(linear_relu_views, torch.randn(4, 8), torch.randn(8, 8))
+    graph.replay()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        graph.replay()
+    allocations = [e for e in prof.events() if e.name == "[memory]"]
+    assert allocations == []
+
+
+def test_kernel_without_out_overload_computes_and_copies() -> None:
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v) + 1
+
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    graph = capture(attention, q, k, v)
+    assert graph.step_kinds["copy"] == 1
+    q.copy_(torch.randn(1, 2, 4, 8))
+    graph.replay()
+    assert torch.equal(graph.outputs[0], attention(q, k, v))
+
+
+def test_in_place_kernels_are_reissued_on_the_same_tensor() -> None:
+    def write(cache, index, value):
+        cache.index_copy_(0, index, value)
+        return cache.sum()
+
+    cache, index, value = torch.zeros(4, 2), torch.tensor([1]), torch.ones(1, 2)
+    graph = capture(write, cache, index, value)
+    assert cache[1].tolist() == [1.0, 1.0]
+    index.fill_(3)
+    value.fill_(5.0)
+    graph.replay()
+    assert cache[3].tolist() == [5.0, 5.0]
+    assert graph.outputs[0].item() == 12.0
+
+
+def test_pool_bytes_count_the_memory_the_capture_owns() -> None:
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    graph = capture(linear_relu_views, x, w)
+    # mm, relu, mul and add each own a 4x8 float32 buffer; views own nothing.
+    assert graph.pool_bytes == 4 * 4 * 8 * 4
+    graph.release()
+    assert graph.pool_bytes == 0
+    assert graph.kernel_count == 0
+
+
+def test_host_read_during_capture_is_refused() -> None:
+    def reads_value(x):
+        return x * aten._local_scalar_dense(x.sum())
+
+    cpu = runtime_for("cpu")
+    with pytest.raises(CaptureError, match="reads tensor data on the host"):
+        cpu.capture(reads_value, [torch.randn(3)], pool=None, capture_error_mode="global")
+
+
+def test_unknown_device_type_names_the_supported_ones() -> None:
+    with pytest.raises(Exception, match="no graph runtime for device type 'xpu'; supported: cpu"):
+        runtime_for("xpu")
