@@ -24,6 +24,30 @@ from npugraph_ex.runtime import runtime_for
 log = logging.getLogger(__name__)
 
 
+UNBUILT_OPTIONS = (
+    "static_kernel_compile",
+    "disable_static_kernel_compile_cache",
+    "dump_tensor_data",
+    "data_dump_stage",
+    "deadlock_check",
+)
+"""Accepted and validated options whose feature this version does not have yet."""
+
+
+def warn_unbuilt_options(config: Config) -> None:
+    defaults = Config()
+    for name in UNBUILT_OPTIONS:
+        if getattr(config, name) != getattr(defaults, name):
+            log_once(
+                log,
+                logging.WARNING,
+                ("unbuilt option", name),
+                "npugraph_ex: option %s=%r is accepted but has no effect in this version",
+                name,
+                getattr(config, name),
+            )
+
+
 def graph_name() -> str:
     """A name for the graph being compiled, after Dynamo's compile id where there is one."""
     compile_id = torch._guards.CompileContext.current_compile_id()
@@ -49,6 +73,7 @@ def compile_graph(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
 ) -> Callable[[list[Any]], Any]:
     """Optimise an AOT inference graph and wrap it in a capture manager."""
+    warn_unbuilt_options(config)
     name = graph_name()
     gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
     facts = analyse_graph(gm, example_inputs, static_input_indices(len(example_inputs)))

@@ -177,10 +177,12 @@ class Config:
     capture_error_mode: str = _option(
         "global", _check_choice(("global", "thread_local", "relaxed"))
     )
-    """Stream capture mode: which unsafe calls from other threads abort a capture."""
+    """Graph capture mode on CUDA/NPU (which unsafe calls from other threads abort a capture);
+    on CPU, 'global' serialises captures across threads and the other two modes do not."""
 
     num_warmup_iters: int = _option(1, _check_int(0))
-    """Eager runs of a new shape before it is captured (lets lazy initialisation happen)."""
+    """Eager runs before each capture, inside the capturing call, so that lazily initialised
+    library state exists; the writes they make to inputs are undone before capture."""
 
     static_kernel_compile: bool = _option(False, _check_bool)
     """Compile kernels for the static shapes of a captured graph."""
