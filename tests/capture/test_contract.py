@@ -233,19 +233,47 @@ def test_graph_with_random_op_runs_eagerly_and_says_why(
     assert "torch.rand_like(x)" in reasons[0]
 
 
+@pytest.mark.parametrize(
+    ("fn", "config", "reason"),
+    [
+        (
+            lambda x: torch.nonzero(x > 0).sum() + x,
+            {"capture_dynamic_output_shape_ops": True},
+            "data-dependent output shape: aten.nonzero",
+        ),
+        (
+            lambda x: x * x.sum().int().item(),
+            {"capture_scalar_outputs": True},
+            "host synchronisation (data-dependent output): aten._local_scalar_dense",
+        ),
+    ],
+    ids=["nonzero", "item"],
+)
 @torch.no_grad()
-def test_host_sync_runs_eagerly(device: str, caplog: pytest.LogCaptureFixture) -> None:
-    def fn(x):
-        return torch.nonzero(x > 0).sum() + x
-
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+def test_data_dependent_graph_runs_eagerly(
+    device: str, fn, config: dict, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with torch._dynamo.config.patch(**config):
         graph = compiled(fn)
         with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
             for _ in range(2):
                 x = torch.randn(4, device=device)
                 assert torch.equal(graph(x), fn(x))
     assert totals()["captures"] == 0
-    assert any("host synchronisation" in r.getMessage() for r in caplog.records)
+    assert any(reason in r.getMessage() for r in caplog.records)
+
+
+def test_indexing_with_int_tensors_is_captured(device: str) -> None:
+    def gather_rows(x, rows):
+        return x[rows] * 2
+
+    fn = compiled(gather_rows)
+    with torch.no_grad():
+        for _ in range(3):
+            x, rows = torch.randn(5, 3, device=device), torch.tensor([4, 0, 2], device=device)
+            assert torch.equal(fn(x, rows), gather_rows(x, rows))
+    assert totals()["captures"] == 1
+    assert totals()["replays"] == 2
 
 
 @torch.no_grad()

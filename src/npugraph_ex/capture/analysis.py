@@ -15,7 +15,9 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-HOST_SYNC_TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+# ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
+# their fake output instead: only an unbacked size makes the shape data-dependent.
+HOST_SYNC_TAGS = (torch.Tag.data_dependent_output,)
 UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
 
 
