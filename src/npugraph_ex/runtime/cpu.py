@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
+from npugraph_ex.runtime.cpu_bindings import fastest_call
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
 
 
@@ -46,7 +48,10 @@ class CpuGraph(CapturedGraph):
     """The recorded steps of one capture, with the memory they write."""
 
     def __init__(self, recorder: KernelRecorder, outputs: list[Any], inputs: Any):
-        self.steps = recorder.steps
+        self.steps = [
+            (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
+            for fn, args, kwargs in recorder.steps
+        ]
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs

@@ -44,7 +44,8 @@ UNINITIALISED_FACTORIES = frozenset(
 )
 
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
-"""A bound kernel call: ``fn(*args, **kwargs)``."""
+"""A bound kernel call: ``fn(*args, **kwargs)``; ``fn`` is the OpOverload for in-place and
+``out=`` steps (``cpu_bindings`` swaps in the fastest way to call it)."""
 
 PlannedStep = tuple[str, Step]
 """A step and its kind: ``"inplace"`` (re-issued as recorded), ``"out"`` or ``"copy"``."""
@@ -132,7 +133,7 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
     if op._schema.is_mutable:
         if not fresh:
-            return "inplace", (op._op, args, kwargs)
+            return "inplace", (op, args, kwargs)
         return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
     if not fresh:
         return None
@@ -141,7 +142,7 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
         out_op, out_names = variant
         out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
         out_kwargs.update(zip(out_names, result_structure(op, result), strict=True))
-        return "out", (out_op._op, args, out_kwargs)
+        return "out", (out_op, args, out_kwargs)
     return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
 
 

@@ -1,0 +1,89 @@
+"""The fastest way to call each recorded kernel on replay.
+
+Calling an ``OpOverload`` from Python goes through the JIT schema matcher (about 1.6 us a call);
+PyTorch's own bindings (``torch.mm``, ``torch._C._nn.silu``, ``Tensor.index_copy_``) parse their
+arguments faster (about 1 us). A binding is used only when it provably dispatches to the very
+overload that was recorded: it is called once under a probe mode that sees which ATen kernel it
+reaches, and runs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.utils._python_dispatch import TorchDispatchMode
+
+NAMESPACES = (
+    torch._C._VariableFunctions,
+    torch._C._nn,
+    torch._C._linalg,
+    torch._C._special,
+    torch._C._fft,
+    torch._C.TensorBase,
+)
+
+
+class WrongKernel(Exception):
+    """Raised inside the probe when a binding reaches another kernel than the recorded one."""
+
+
+class KernelProbe(TorchDispatchMode):
+    """Sees the first kernel a call reaches and returns its written arguments without running."""
+
+    def __init__(self, expected: OpOverload):
+        super().__init__()
+        self.expected = expected
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func is not self.expected:
+            raise WrongKernel(str(func))
+        kwargs = kwargs or {}
+        written = [
+            kwargs[arg.name] if arg.name in kwargs else args[position]
+            for position, arg in enumerate(func._schema.arguments)
+            if arg.alias_info is not None and arg.alias_info.is_write
+        ]
+        return written[0] if len(written) == 1 else tuple(written)
+
+
+def kind_of(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, tuple(kind_of(item) for item in value)
+    return type(value).__name__
+
+
+def argument_shape(args: tuple, kwargs: dict) -> tuple:
+    """What decides which overload a binding picks: the Python types of the arguments."""
+    positional = tuple(kind_of(value) for value in args)
+    named = tuple(sorted((name, kind_of(value)) for name, value in kwargs.items()))
+    return positional, named
+
+
+RESOLVED: dict[tuple[OpOverload, tuple], Callable[..., Any]] = {}
+"""The callable chosen for each (kernel, argument types); a raw ``OpOverload`` call by default."""
+
+
+def reaches(binding: Callable[..., Any], op: OpOverload, args: tuple, kwargs: dict) -> bool:
+    try:
+        with KernelProbe(op):
+            binding(*args, **kwargs)
+    except (WrongKernel, TypeError, RuntimeError):
+        return False
+    return True
+
+
+def fastest_call(op: OpOverload, args: tuple, kwargs: dict) -> Callable[..., Any]:
+    """A callable that runs exactly ``op(*args, **kwargs)``, as fast as Python allows."""
+    key = (op, argument_shape(args, kwargs))
+    if key not in RESOLVED:
+        RESOLVED[key] = op._op
+        name = op.overloadpacket.__name__
+        for namespace in NAMESPACES:
+            binding = getattr(namespace, name, None)
+            if binding is not None and reaches(binding, op, args, kwargs):
+                RESOLVED[key] = binding
+                break
+    return RESOLVED[key]
