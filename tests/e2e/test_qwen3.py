@@ -1,0 +1,241 @@
+"""End to end: the token-by-token loops of the benchmark on a tiny random Qwen3 causal LM.
+
+Two loops, both greedy:
+
+- a growing sequence without KV cache, compiled with ``dynamic=True``: every new length is a new
+  graph key, captured once and replayed when the same length comes back;
+- a fixed-shape one-token decode step writing a ``transformers.StaticCache`` in place: one key,
+  replayed on every step, its KV writes landing in the caller's cache.
+
+Counters are read through ``npugraph_ex.stats()``. Each test zeroes them first; graphs of earlier
+tests may still be alive, but they are not called here, so totals count this test's calls only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import npugraph_ex
+
+PROMPT_LEN = 4
+NEW_TOKENS = 8
+MAX_CACHE_LEN = 32
+ATOL = 1e-5
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+def counts() -> Counter[str]:
+    """Totals over every live graph, with eager calls also split by reason as ``eager:<reason>``."""
+    report = npugraph_ex.stats()
+    totals = report["totals"]
+    result = Counter({key: totals[key] for key in ("captures", "replays", "recaptures")})
+    result["eager_calls"] = totals["eager_calls"]
+    for graph in report["graphs"]:
+        result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
+    return +result
+
+
+def graphs_called() -> list[dict[str, Any]]:
+    """Summaries of the graphs called since the last ``reset_stats()``."""
+    return [
+        graph
+        for graph in npugraph_ex.stats()["graphs"]
+        if graph["captures"] or graph["replays"] or graph["eager_calls"]
+    ]
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> None:
+    """Bit-identical on CPU (the contract there); within float tolerance on other devices."""
+    if device == "cpu":
+        assert torch.equal(actual, expected)
+    else:
+        torch.testing.assert_close(actual, expected)
+
+
+def prompt_ids(model: torch.nn.Module, device: str, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT_LEN), generator=generator)
+    return ids.to(device)
+
+
+def two_prompts(model: torch.nn.Module, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first pass captures; the second replays on other data, so stale memory cannot pass."""
+    first, second = prompt_ids(model, device, seed=0), prompt_ids(model, device, seed=1)
+    assert not torch.equal(first, second)
+    return first, second
+
+
+def growing_forward(model: torch.nn.Module) -> Forward:
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, use_cache=False).logits
+
+    return forward
+
+
+def compile_growing(model: torch.nn.Module, **options: Any) -> Forward:
+    return torch.compile(
+        growing_forward(model),
+        backend="npugraph_ex",
+        fullgraph=True,
+        dynamic=True,
+        options={"capture_limit": 256, **options},
+    )
+
+
+def greedy_growing(forward: Forward, prompt: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """Greedy decoding that re-runs the whole sequence per token: the ids and each call's logits."""
+    ids, logits = prompt, []
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            # A replay returns the graph's own memory: clone what must outlive the next call.
+            step_logits = forward(ids).clone()
+            logits.append(step_logits)
+            ids = torch.cat([ids, step_logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids, logits
+
+
+def test_growing_sequence_matches_eager_and_replays_each_length(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    npugraph_ex.reset_stats()
+    model = tiny_qwen3_config().to(device)
+    prompts = two_prompts(model, device)
+    eager = [greedy_growing(growing_forward(model), prompt) for prompt in prompts]
+    compiled = compile_growing(model)
+
+    start = counts()
+    captured = greedy_growing(compiled, prompts[0])
+    after_first = counts()
+    replayed = greedy_growing(compiled, prompts[1])
+    after_second = counts()
+    unoptimised_fn = compile_growing(model, force_eager=True)
+    unoptimised = [greedy_growing(unoptimised_fn, prompt) for prompt in prompts]
+
+    # Lengths PROMPT_LEN .. PROMPT_LEN + NEW_TOKENS - 1: each a new key, captured once, then
+    # replayed when the second loop brings it back.
+    assert after_first - start == Counter(captures=NEW_TOKENS)
+    assert after_second - after_first == Counter(replays=NEW_TOKENS)
+    # dynamic=True: one FX graph serves every length.
+    (graph,) = [g for g in graphs_called() if "force_eager" not in g["eager_calls"]]
+    assert graph["live_keys"] == NEW_TOKENS
+    assert counts()["eager:force_eager"] == 2 * NEW_TOKENS
+
+    assert not torch.equal(eager[0][0], eager[1][0])
+    for (ids, logits), (eager_ids, eager_logits), (unoptimised_ids, unoptimised_logits) in zip(
+        (captured, replayed), eager, unoptimised, strict=True
+    ):
+        assert ids.shape == (1, PROMPT_LEN + NEW_TOKENS)
+        assert torch.equal(ids, eager_ids)
+        assert torch.equal(unoptimised_ids, eager_ids)
+        for step in range(NEW_TOKENS):
+            assert_same(logits[step], unoptimised_logits[step], device)
+            torch.testing.assert_close(logits[step], eager_logits[step], atol=ATOL, rtol=0)
+
+
+def test_growing_sequence_past_capture_limit(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    limit = 3
+    npugraph_ex.reset_stats()
+    model = tiny_qwen3_config().to(device)
+    prompts = two_prompts(model, device)
+    eager = [greedy_growing(growing_forward(model), prompt) for prompt in prompts]
+    compiled = compile_growing(model, capture_limit=limit)
+
+    start = counts()
+    first = greedy_growing(compiled, prompts[0])
+    after_first = counts()
+    second = greedy_growing(compiled, prompts[1])
+    after_second = counts()
+
+    over = NEW_TOKENS - limit
+    assert after_first - start == Counter(
+        {"captures": limit, "eager_calls": over, "eager:capture_limit": over}
+    )
+    # The captured lengths keep replaying; only the lengths past the limit run eagerly.
+    assert after_second - after_first == Counter(
+        {"replays": limit, "eager_calls": over, "eager:capture_limit": over}
+    )
+    for (ids, logits), (eager_ids, eager_logits) in zip((first, second), eager, strict=True):
+        assert torch.equal(ids, eager_ids)
+        for step in range(NEW_TOKENS):
+            torch.testing.assert_close(logits[step], eager_logits[step], atol=ATOL, rtol=0)
+
+
+def decode_step(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    def step(ids: torch.Tensor, position: torch.Tensor, cache: Any) -> torch.Tensor:
+        return model(
+            input_ids=ids, past_key_values=cache, cache_position=position, use_cache=True
+        ).logits
+
+    return step
+
+
+def greedy_decode(
+    step: Callable[..., torch.Tensor], cache: Any, prompt: torch.Tensor
+) -> tuple[torch.Tensor, list]:
+    """One token per call: the prompt is fed token by token, then NEW_TOKENS are generated."""
+    ids, logits = prompt, []
+    with torch.no_grad():
+        for position in range(PROMPT_LEN + NEW_TOKENS - 1):
+            # A fresh (1, 1) tensor each step: a slice of ``ids`` would carry a growing stride.
+            token = torch.tensor([[ids[0, position].item()]], device=ids.device)
+            cache_position = torch.tensor([position], device=ids.device)
+            step_logits = step(token, cache_position, cache)[:, -1].clone()
+            logits.append(step_logits)
+            if position + 1 == ids.shape[1]:
+                ids = torch.cat([ids, step_logits.argmax(-1, keepdim=True)], dim=1)
+    return ids, logits
+
+
+def assert_caches_close(actual: Any, expected: Any) -> None:
+    assert len(actual.layers) == len(expected.layers)
+    for got, want in zip(actual.layers, expected.layers, strict=True):
+        torch.testing.assert_close(got.keys, want.keys, atol=ATOL, rtol=0)
+        torch.testing.assert_close(got.values, want.values, atol=ATOL, rtol=0)
+        assert int(got.cumulative_length) == int(want.cumulative_length)
+
+
+def test_static_cache_decode_replays_and_writes_callers_cache(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    npugraph_ex.reset_stats()
+    model = tiny_qwen3_config().to(device)
+    prompts = two_prompts(model, device)
+    calls = PROMPT_LEN + NEW_TOKENS - 1
+    eager_step = decode_step(model)
+    compiled = torch.compile(decode_step(model), backend="npugraph_ex", fullgraph=True)
+    eager_cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+
+    for prompt in prompts:
+        # The second pass reuses both caches, zeroed in place: the KV tensors keep their
+        # addresses, so every call of it replays.
+        eager_cache.reset()
+        cache.reset()
+        eager_ids, eager_logits = greedy_decode(eager_step, eager_cache, prompt)
+        before = counts()
+        ids, logits = greedy_decode(compiled, cache, prompt)
+        done = counts() - before
+
+        assert ids.shape == (1, PROMPT_LEN + NEW_TOKENS)
+        assert torch.equal(ids, eager_ids)
+        for got, want in zip(logits, eager_logits, strict=True):
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+        # The decode step wrote the caller's cache in place, as eager did.
+        assert_caches_close(cache, eager_cache)
+        assert int(cache.layers[0].cumulative_length) == calls
+        if prompt is prompts[0]:
+            # The first call initialises the cache (its own graph); every later step is one key.
+            assert done["eager_calls"] == 0
+            assert 1 <= done["captures"] <= 2
+            assert done["replays"] == calls - done["captures"]
+        else:
+            assert done == Counter(replays=calls)
