@@ -336,3 +336,16 @@ def test_each_graph_of_a_graph_break_is_captured(device: str) -> None:
     graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"]]
     assert len(graphs) == 2
     assert [g["replays"] for g in graphs] == [2, 2]
+
+
+def test_inference_mode_replays_like_no_grad(device: str) -> None:
+    model = KvCache().to(device)
+    fn = compiled(model, dynamic=False)
+    with torch.inference_mode():
+        eager_cache = torch.zeros(6, 4, device=device)
+        graph_cache = torch.zeros(6, 4, device=device)
+        for step in range(3):
+            pos, x = torch.tensor([step], device=device), torch.randn(1, 4, device=device)
+            assert torch.equal(fn(graph_cache, pos, x), model(eager_cache, pos, x))
+        assert torch.equal(graph_cache, eager_cache)
+    assert totals()["replays"] == 2

@@ -65,6 +65,7 @@ class CaptureManager:
         self.layout = io.InputLayout(facts, example_inputs, frozen=config.frozen_parameter)
         self.pool = pool
         self.entries: dict[tuple, CapturedKey] = {}
+        self.captures_made = 0
         self.blocker = None if config.force_eager else facts.blocker
         self.stats = GraphStats(name=name, device=facts.device_type)
         self.number = register(self)
@@ -121,7 +122,8 @@ class CaptureManager:
                 raise self.strict_error() from error
             return self.run_eager(args, "cannot capture")
         self.stats.capture_seconds += time.perf_counter() - started
-        label = f"key{self.stats.captures}: {self.layout.describe(key)}"
+        label = f"key{self.captures_made}: {self.layout.describe(key)}"
+        self.captures_made += 1
         entry = CapturedKey(label, graph, staged.copies, staged.mutated_addresses, staged.args)
         self.entries[key] = entry
         self.stats.captures += 1
@@ -141,7 +143,9 @@ class CaptureManager:
     def capture_staged(self, staged: io.StagedInputs) -> CapturedGraph:
         """Warm up, undo the warm-up's writes, then capture (which may itself execute)."""
         iters = self.config.num_warmup_iters
-        saved = io.snapshot(staged.args, self.layout.mutated) if iters else []
+        # Undo warm-up writes, and the partial writes of a capture that fails while executing.
+        undoable = iters or self.runtime.capture_executes
+        saved = io.snapshot(staged.args, self.layout.mutated) if undoable else []
         lock = GLOBAL_CAPTURE_LOCK if self.config.capture_error_mode == "global" else None
         try:
             if lock is not None:
