@@ -8,15 +8,12 @@ import pytest
 import torch
 
 import npugraph_ex
+from helpers import graphs_called, totals
 from npugraph_ex.errors import UnsupportedGraphError
 
 
-def totals() -> dict:
-    return npugraph_ex.stats()["totals"]
-
-
 def only_graph() -> dict:
-    graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"] or g["eager_calls"]]
+    graphs = graphs_called()
     assert len(graphs) == 1, graphs
     return graphs[0]
 

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import npugraph_ex
+from helpers import assert_same, graphs_called
 
 PROMPT_LEN = 4
 NEW_TOKENS = 8
@@ -39,23 +40,6 @@ def counts() -> Counter[str]:
     for graph in report["graphs"]:
         result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
     return +result
-
-
-def graphs_called() -> list[dict[str, Any]]:
-    """Summaries of the graphs called since the last ``reset_stats()``."""
-    return [
-        graph
-        for graph in npugraph_ex.stats()["graphs"]
-        if graph["captures"] or graph["replays"] or graph["eager_calls"]
-    ]
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> None:
-    """Bit-identical on CPU (the contract there); within float tolerance on other devices."""
-    if device == "cpu":
-        assert torch.equal(actual, expected)
-    else:
-        torch.testing.assert_close(actual, expected)
 
 
 def prompt_ids(model: torch.nn.Module, device: str, seed: int) -> torch.Tensor:

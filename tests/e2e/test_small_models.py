@@ -7,33 +7,11 @@ zeroed at the start of each test (graphs of earlier tests are not called here).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 import npugraph_ex
+from helpers import assert_same, graphs_called, totals
 from models import make_cnn, make_mlp
-
-
-def totals() -> dict[str, int]:
-    return npugraph_ex.stats()["totals"]
-
-
-def graphs_called() -> list[dict[str, Any]]:
-    """Summaries of the graphs called since the last ``reset_stats()``."""
-    return [
-        graph
-        for graph in npugraph_ex.stats()["graphs"]
-        if graph["captures"] or graph["replays"] or graph["eager_calls"]
-    ]
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> None:
-    """Bit-identical on CPU (the contract there); within float tolerance on other devices."""
-    if device == "cpu":
-        assert torch.equal(actual, expected)
-    else:
-        torch.testing.assert_close(actual, expected)
 
 
 def test_mlp_dynamic_batch_replays_each_seen_size(device: str, seed: int) -> None:

@@ -1,0 +1,30 @@
+"""Helpers shared by tests: counters of the graphs a test called, and device-aware equality."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import npugraph_ex
+
+
+def totals() -> dict[str, int]:
+    return npugraph_ex.stats()["totals"]
+
+
+def graphs_called() -> list[dict[str, Any]]:
+    """Summaries of the graphs called since the last ``reset_stats()``."""
+    return [
+        graph
+        for graph in npugraph_ex.stats()["graphs"]
+        if graph["captures"] or graph["replays"] or graph["eager_calls"]
+    ]
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> None:
+    """Bit-identical on CPU (the contract there); within float tolerance on other devices."""
+    if device == "cpu":
+        assert torch.equal(actual, expected)
+    else:
+        torch.testing.assert_close(actual, expected)
