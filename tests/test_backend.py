@@ -24,11 +24,12 @@ def run_python(code: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_backend_name_works_without_importing_the_package() -> None:
+@pytest.mark.parametrize("name", ["npugraph_ex", "npugraph_ex_portable"])
+def test_backend_name_works_without_importing_the_package(name: str) -> None:
     result = run_python(
-        """
+        f"""
         import sys, torch
-        fn = torch.compile(lambda x: x * 2 + 1, backend="npugraph_ex", fullgraph=True)
+        fn = torch.compile(lambda x: x * 2 + 1, backend="{name}", fullgraph=True)
         with torch.no_grad():
             for _ in range(3):
                 assert torch.equal(fn(torch.ones(3)), torch.full((3,), 3.0))

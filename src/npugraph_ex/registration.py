@@ -1,15 +1,18 @@
 """Names under which ``torch.compile`` finds the backend.
 
-``backend="npugraph_ex"`` comes from the package's entry point (group ``torch_dynamo_backends``),
-so it works without importing the package. ``torch_npu`` may register the same name for its own
-backend; ours never replaces it: the package registers a second name, and when ``npugraph_ex`` is
-already taken by another backend a warning says which one it means.
+``backend="npugraph_ex"`` and ``backend="npugraph_ex_portable"`` come from the package's entry
+points (group ``torch_dynamo_backends``), so they work without importing the package; Dynamo loads
+them on first use. ``torch_npu`` may register ``npugraph_ex`` for its own backend; ours never
+replaces it, and when the name is taken by another backend a warning says which one it means and
+how to reach ours. Without installed entry points (a source checkout on ``sys.path``), importing
+the package registers the second name itself.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from torch._dynamo.backends import registry
@@ -22,9 +25,14 @@ NAME = "npugraph_ex"
 PORTABLE_NAME = "npugraph_ex_portable"
 
 
+def installed_entry_points() -> set[str]:
+    return set(entry_points(group="torch_dynamo_backends").names)
+
+
 def register_backends(backend: Callable[..., Any]) -> None:
-    """Register ``backend`` as ``npugraph_ex_portable``; warn when ``npugraph_ex`` is not ours."""
-    if PORTABLE_NAME not in registry._COMPILER_FNS:
+    """Make ``npugraph_ex_portable`` resolvable; warn when ``npugraph_ex`` is not ours."""
+    known = PORTABLE_NAME in registry._COMPILER_FNS or PORTABLE_NAME in installed_entry_points()
+    if not known:
         registry.register_backend(compiler_fn=backend, name=PORTABLE_NAME)
     owner = registry._COMPILER_FNS.get(NAME)
     if owner is not None and owner is not backend:
