@@ -45,16 +45,17 @@ class InputLayout:
         self.copied = tuple(i for i in tensors if i not in roles)
         self.values = tuple(i for i in range(len(example_inputs)) if i not in roles | set(tensors))
         self.keyed_addresses = () if frozen else self.static
+        self.shaped = self.copied + self.mutated
 
     def key_of(self, args: Sequence[Any]) -> tuple:
         """The graph key of a call: everything that selects a different capture."""
-        shaped = [args[i] for i in self.copied + self.mutated]
+        shaped = [args[i] for i in self.shaped]
         return (
-            tuple(t.shape for t in shaped),
-            tuple(t.stride() for t in shaped),
-            tuple(args[i] for i in self.values),
-            tuple(args[i].item() for i in self.host_scalar),
-            tuple(args[i].data_ptr() for i in self.keyed_addresses),
+            tuple([t.shape for t in shaped]),
+            tuple([t.stride() for t in shaped]),
+            tuple([args[i] for i in self.values]),
+            tuple([args[i].item() for i in self.host_scalar]),
+            tuple([args[i].data_ptr() for i in self.keyed_addresses]),
         )
 
     def describe(self, key: tuple) -> str:
@@ -64,7 +65,7 @@ class InputLayout:
         return f"shapes=[{shapes}] values=[{values}]"
 
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
-        return tuple(args[i].data_ptr() for i in self.mutated)
+        return tuple([args[i].data_ptr() for i in self.mutated])
 
     def stage(self, args: Sequence[Any], *, clone_input: bool) -> StagedInputs:
         """Static inputs for a new capture: fresh buffers, or the call's own tensors."""
