@@ -62,14 +62,15 @@ class StreamGraphRuntime(DeviceRuntime):
         pool: Any,
         capture_error_mode: str,
     ) -> DeviceGraph:
+        # pool_bytes: what the capture newly reserved (its own pool, or growth of a shared one)
         self.module.synchronize()
-        before = self.module.memory_allocated()
+        before = self.module.memory_reserved()
         graph = self.graph_class()
         context = self.graph_context(graph, pool=pool, capture_error_mode=capture_error_mode)
         with torch.no_grad(), context:
             outputs = as_output_list(fn(*args))
         self.module.synchronize()
-        return DeviceGraph(graph, outputs, self.module.memory_allocated() - before)
+        return DeviceGraph(graph, outputs, self.module.memory_reserved() - before)
 
     def new_pool(self) -> Any:
         return self.module.graph_pool_handle()
