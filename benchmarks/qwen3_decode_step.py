@@ -1,0 +1,397 @@
+"""How much faster is a fixed-shape Qwen3 decode step under npugraph_ex than in eager mode?
+
+One decode step (one token, ``StaticCache``) of a Qwen3 causal LM built from a config with random
+weights, timed four ways in one interleaved loop:
+
+- eager: the plain step;
+- npugraph_ex: ``torch.compile(step, backend="npugraph_ex", fullgraph=True)``;
+- capture manager: the graph's capture manager called directly, as the wrappers call it;
+- replay-only: the captured graph's bare ``replay()``, found through the capture manager; the gap
+  between it and npugraph_ex is what Dynamo's guards and the wrappers around the graph cost.
+
+Before timing, the compiled step's logits are compared with eager (and with Dynamo alone,
+``backend="eager"``, which shows how much of any difference tracing itself causes), and a few
+greedy steps check that both pick the same tokens.
+
+    python benchmarks/qwen3_decode_step.py                 # tiny preset
+    python benchmarks/qwen3_decode_step.py --preset all --plot docs/figures/qwen3_decode_step.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import (
+    add_common_args,
+    apply_threads,
+    aten_self_times,
+    captured_graph,
+    environment,
+    environment_line,
+    format_table,
+    interleaved,
+    kernels_per_replay,
+    live_graph_numbers,
+    median,
+    scaled,
+    spread,
+    write_json,
+)
+from transformers import Qwen3Config, Qwen3ForCausalLM, StaticCache
+
+NAME = "qwen3_decode_step"
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=4096,
+    ),
+    "micro": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+    ),
+}
+
+VARIANTS = ("eager", "npugraph_ex", "replay-only")
+
+
+@dataclass
+class Bench:
+    """One preset's model, its steps and their caches."""
+
+    preset: str
+    config: Qwen3Config
+    model: Qwen3ForCausalLM
+    max_cache_len: int
+    step: Callable[..., torch.Tensor] = field(init=False)
+    compiled: Callable[..., torch.Tensor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        model = self.model
+
+        def step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+            return model(
+                input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True
+            ).logits
+
+        self.step = step
+        self.compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
+
+    def new_cache(self) -> StaticCache:
+        """A static cache, initialised up front as a prefill would, so the step has one graph."""
+        cfg = self.config
+        cache = StaticCache(config=cfg, max_cache_len=self.max_cache_len)
+        cache.early_initialization(
+            1, cfg.num_key_value_heads, cfg.head_dim, self.model.dtype, torch.device("cpu")
+        )
+        return cache
+
+
+def build(preset: str, max_cache_len: int, seed: int) -> Bench:
+    config = Qwen3Config(**PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).eval()
+    return Bench(preset, config, model, max_cache_len)
+
+
+def greedy_tokens(fn: Callable[..., torch.Tensor], cache: StaticCache, steps: int) -> list[int]:
+    """Tokens of ``steps`` greedy decode steps from token 1, each fed the previous pick."""
+    cache.reset()
+    ids, tokens = torch.tensor([[1]]), []
+    for position in range(steps):
+        ids = fn(ids, torch.tensor([position]), cache)[:, -1:].argmax(-1)
+        tokens.append(int(ids))
+    cache.reset()
+    return tokens
+
+
+def forced_logits(
+    fn: Callable[..., torch.Tensor], cache: StaticCache, tokens: list[int]
+) -> list[torch.Tensor]:
+    """Logits (cloned) of ``fn`` fed token 1 and then ``tokens[:-1]``, one step each."""
+    cache.reset()
+    inputs = [1, *tokens[:-1]]
+    logits = [
+        fn(torch.tensor([[t]]), torch.tensor([p]), cache).clone() for p, t in enumerate(inputs)
+    ]
+    cache.reset()
+    return logits
+
+
+def compare(ref: list[torch.Tensor], got: list[torch.Tensor]) -> dict[str, Any]:
+    return {
+        "max_abs_diff": max(float((r - g).abs().max()) for r, g in zip(ref, got, strict=True)),
+        "equal": all(torch.equal(r, g) for r, g in zip(ref, got, strict=True)),
+    }
+
+
+@dataclass
+class Numerics:
+    """The numerics check's findings, and what the Dynamo-alone comparison needs later."""
+
+    result: dict[str, Any]
+    eager_tokens: list[int]
+    eager_logits: list[torch.Tensor]
+    logits: list[torch.Tensor]
+
+
+def check_numerics(bench: Bench, cache: StaticCache, steps: int) -> Numerics:
+    """Compiled logits against eager on the same inputs, and greedy-token agreement.
+
+    Logits are compared with both steps fed eager's greedy tokens, so one early difference in a
+    pick cannot cascade.
+    """
+    eager_tokens = greedy_tokens(bench.step, bench.new_cache(), steps)
+    eager_logits = forced_logits(bench.step, bench.new_cache(), eager_tokens)
+    logits = forced_logits(bench.compiled, cache, eager_tokens)
+    tokens = greedy_tokens(bench.compiled, cache, steps)
+    result: dict[str, Any] = {
+        "steps": steps,
+        "vs_eager": compare(eager_logits, logits),
+        "greedy_tokens_agree": sum(a == b for a, b in zip(eager_tokens, tokens, strict=True)),
+    }
+    return Numerics(result, eager_tokens, eager_logits, logits)
+
+
+def compare_dynamo_alone(bench: Bench, numerics: Numerics) -> None:
+    """Add Dynamo alone (``backend="eager"``) to the comparison: eager vs it, it vs npugraph_ex.
+
+    Run after timing: a second compiled entry for the same code would make every later call of
+    the compiled step check one more set of guards.
+    """
+    dynamo = torch.compile(bench.step, backend="eager", fullgraph=True)
+    dynamo_logits = forced_logits(dynamo, bench.new_cache(), numerics.eager_tokens)
+    numerics.result["dynamo_eager_vs_eager"] = compare(numerics.eager_logits, dynamo_logits)
+    numerics.result["vs_dynamo_eager"] = compare(dynamo_logits, numerics.logits)
+
+
+def step_block(fn: Callable[..., Any], cache: StaticCache, steps: int) -> Callable[[], float]:
+    """One timed block: ``steps`` decode steps from an empty cache; seconds per step."""
+    ids = torch.tensor([[1]])
+    positions = [torch.tensor([p]) for p in range(steps)]
+
+    def block() -> float:
+        cache.reset()
+        start = time.perf_counter()
+        for pos in positions:
+            fn(ids, pos, cache)
+        return (time.perf_counter() - start) / steps
+
+    return block
+
+
+def bare_block(call: Callable[[], Any], cache: StaticCache, steps: int) -> Callable[[], float]:
+    """One timed block of ``steps`` calls of ``call``, which advances ``cache`` as a step does."""
+
+    def block() -> float:
+        cache.reset()
+        start = time.perf_counter()
+        for _ in range(steps):
+            call()
+        return (time.perf_counter() - start) / steps
+
+    return block
+
+
+def manager_call(manager: Any) -> Callable[[], Any]:
+    """The capture manager called as the wrappers call it, on its captured key's own inputs.
+
+    The inputs the graph copies in are its own static buffers here, so those copies (one token id)
+    cost next to nothing; the key lookup and the address checks run in full.
+    """
+    args = list(next(iter(manager.entries.values())).static_args)
+    return lambda: manager(list(args))
+
+
+def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Check numerics, then time eager / npugraph_ex / replay-only interleaved."""
+    bench = build(preset, args.max_cache_len, args.seed)
+    before = live_graph_numbers()
+    eager_cache, compiled_cache = bench.new_cache(), bench.new_cache()
+    start = time.perf_counter()
+    bench.compiled(torch.tensor([[1]]), torch.tensor([0]), compiled_cache)
+    first_call_s = time.perf_counter() - start
+    numerics = check_numerics(bench, compiled_cache, args.check_steps)
+    manager, graph = captured_graph(before)
+    blocks = {
+        "eager": step_block(bench.step, eager_cache, args.steps),
+        "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
+        "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
+        "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
+    }
+    times = interleaved(blocks, args.repeats, warmup=args.warmup)
+    advanced = int(compiled_cache.layers[0].cumulative_length)
+    compiled_cache.reset()
+    kernels, profiled_wall = aten_self_times(graph.replay, args.steps)
+    compiled_cache.reset()
+    if args.dynamo_reference:
+        compare_dynamo_alone(bench, numerics)
+    return {
+        "preset": preset,
+        "model": {
+            **PRESETS[preset],
+            "parameters": sum(p.numel() for p in bench.model.parameters()),
+        },
+        "first_call_s": round(first_call_s, 3),
+        "numerics": numerics.result,
+        "replay_advances_cache": advanced == args.steps,
+        "stats": manager.stats.summary(),
+        "kernels_per_replay": kernels_per_replay(manager.stats.summary(), graph),
+        "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
+        "median_ms": {name: round(median(ts) * 1e3, 4) for name, ts in times.items()},
+        "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
+        "profiled_replay_ms": round(profiled_wall * 1e3, 4),
+        "replay_kernel_self_ms": round(sum(kernels.values()) * 1e3, 4),
+        "replay_kernel_self_ms_by_op": {
+            op: round(t * 1e3, 4) for op, t in sorted(kernels.items(), key=lambda kv: -kv[1])
+        },
+    }
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+
+
+def profile_shares(result: dict[str, Any]) -> tuple[float, float]:
+    """Shares of a profiled replay's wall time spent in ATen kernels, and in matrix products."""
+    wall = result["profiled_replay_ms"]
+    by_op = result["replay_kernel_self_ms_by_op"]
+    matmul = sum(t for op, t in by_op.items() if op in MATMULS)
+    return result["replay_kernel_self_ms"] / wall, matmul / wall
+
+
+TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "eager ms": lambda r: r["median_ms"]["eager"],
+    "npugraph_ex ms": lambda r: r["median_ms"]["npugraph_ex"],
+    "replay-only ms": lambda r: r["median_ms"]["replay-only"],
+    "kernel share": lambda r: f"{profile_shares(r)[0]:.0%}",
+    "matmul share": lambda r: f"{profile_shares(r)[1]:.0%}",
+    "speed-up": lambda r: f"{r['median_ms']['eager'] / r['median_ms']['npugraph_ex']:.2f}x",
+    "eager/replay": lambda r: f"{r['median_ms']['eager'] / r['median_ms']['replay-only']:.2f}x",
+    "guards+wrappers ms": lambda r: r["median_ms"]["npugraph_ex"] - r["median_ms"]["replay-only"],
+    "of which manager ms": lambda r: (
+        r["median_ms"]["capture manager"] - r["median_ms"]["replay-only"]
+    ),
+    "kernels/replay": lambda r: r["kernels_per_replay"],
+    "captures": lambda r: r["stats"]["captures"],
+    "replays": lambda r: r["stats"]["replays"],
+    "spread": lambda r: f"{max(r['spread'].values()) * 100:.0f}%",
+}
+
+
+def numerics_row(r: dict[str, Any]) -> list[Any]:
+    n = r["numerics"]
+    dynamo = n.get("dynamo_eager_vs_eager")
+    return [
+        r["preset"],
+        f"{n['vs_eager']['max_abs_diff']:.3g}",
+        n["vs_eager"]["equal"],
+        f"{dynamo['max_abs_diff']:.3g}" if dynamo else "-",
+        n.get("vs_dynamo_eager", {}).get("equal", "-"),
+        f"{n['greedy_tokens_agree']}/{n['steps']}",
+    ]
+
+
+NUMERICS_HEADERS = ["preset", "max |diff| vs eager", "torch.equal", "Dynamo alone: max |diff|",
+                    "equal to Dynamo alone", "greedy tokens agree"]  # fmt: skip
+
+EXPLANATION = """
+speed-up = eager / npugraph_ex; eager/replay = the speed-up if Dynamo's guards and the wrappers
+around the graph cost nothing; guards+wrappers = npugraph_ex - replay-only, of which the capture
+manager (called directly: key lookup, address checks, input copies) costs capture manager - replay.
+kernel share, matmul share = the part of a replay's time (under torch.profiler) spent in ATen ops
+(self CPU time), and in matrix products (mm, addmm, bmm).
+spread = (max - min) / median of the noisiest variant's repeats.
+"Dynamo alone" is torch.compile(step, backend="eager"): tracing without npugraph_ex."""
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print()
+    print(environment_line(environment()))
+    print(
+        f"one-token decode step, StaticCache max_cache_len={args.max_cache_len}; median of "
+        f"{args.repeats} interleaved repeats of {args.steps} steps each"
+    )
+    rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
+    print(format_table(["preset", *TIMING_COLUMNS], rows))
+    print()
+    print(format_table(NUMERICS_HEADERS, [numerics_row(r) for r in results]))
+    print(EXPLANATION)
+
+
+def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> None:
+    """One panel per preset: eager, npugraph_ex and replay-only latency per step."""
+    from plotting import Panel, bar_panels
+
+    panels = []
+    for r in results:
+        params = r["model"]["parameters"] / 1e6
+        layers = r["model"]["num_hidden_layers"]
+        title = f"{r['preset']}: {layers} layers, {params:.1f}M parameters"
+        panels.append(Panel(title, {v: r["per_repeat_ms"][v] for v in VARIANTS}))
+    env = environment()
+    title = (
+        f"Qwen3 one-token decode step (StaticCache {args.max_cache_len}): eager vs npugraph_ex\n"
+        f"{env['device']}, {env['cores']} cores, {env['torch_threads']} torch threads, torch "
+        f"{env['torch']}, transformers {env['transformers']}\n"
+        f"median of {args.repeats} interleaved repeats, whiskers: interquartile range; "
+        "labels: ms per step, speed-up over eager"
+    )
+    bar_panels(panels, path, title=title, unit="ms", ylabel="ms per decode step (lower is better)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--preset", choices=[*PRESETS, "all"], default="tiny")
+    parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
+    parser.add_argument(
+        "--steps", type=int, default=64, help="decode steps per timed block (< max-cache-len)"
+    )
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds before timing")
+    parser.add_argument("--check-steps", type=int, default=8, help="steps of the numerics check")
+    parser.add_argument(
+        "--no-dynamo-reference",
+        dest="dynamo_reference",
+        action="store_false",
+        help='skip comparing with torch.compile(backend="eager")',
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here")
+    add_common_args(parser, NAME, repeats=15)
+    args = parser.parse_args(argv)
+    if not 0 < args.steps < args.max_cache_len or args.check_steps >= args.max_cache_len:
+        parser.error("--steps and --check-steps must be >= 1 and < --max-cache-len")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    apply_threads(args.threads)
+    presets = list(PRESETS) if args.preset == "all" else [args.preset]
+    with torch.no_grad():
+        results = [run_preset(preset, args) for preset in presets]
+    report(results, args)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    write_json(args.out, NAME, settings, results)
+    if args.plot is not None:
+        plot(results, args.plot, args)
+
+
+if __name__ == "__main__":
+    main()
