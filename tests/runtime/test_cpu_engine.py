@@ -113,3 +113,23 @@ def test_host_read_during_capture_is_refused() -> None:
 def test_unknown_device_type_names_the_supported_ones() -> None:
     with pytest.raises(Exception, match="no graph runtime for device type 'xpu'; supported: cpu"):
         runtime_for("xpu")
+
+
+def test_numbers_are_wrapped_once_at_capture_not_on_every_replay() -> None:
+    graph = capture(lambda x: (x * 2 + 1).clone(), torch.randn(8))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        graph.replay()
+    names = {event.name for event in prof.events()}
+    assert not names & {"aten::empty", "aten::empty_strided", "aten::_to_copy", "aten::clone"}
+
+
+def test_numbers_keep_their_promotion_where_wrapping_would_change_it() -> None:
+    def scale(x):
+        return x * 2.5
+
+    x = torch.arange(4, dtype=torch.int32)
+    graph = capture(scale, x)
+    x.copy_(torch.tensor([3, 1, 4, 1], dtype=torch.int32))
+    graph.replay()
+    assert graph.outputs[0].dtype == torch.float32
+    assert torch.equal(graph.outputs[0], scale(x))

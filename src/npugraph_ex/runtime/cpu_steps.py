@@ -12,8 +12,10 @@ Rules, per kernel:
 - views and other outputs that share storage with an input are not recomputed: they alias memory
   that is itself fixed, so they stay valid;
 - in-place and ``out=`` kernels are re-issued as recorded;
-- a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output;
+- a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output
+  (Python numbers it takes as tensors are wrapped once, at capture, where that is exact);
 - any other functional kernel computes a temporary and copies it into its recorded output;
+- copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped.
 """
 
@@ -42,6 +44,12 @@ UNINITIALISED_FACTORIES = frozenset(
         aten.new_empty_strided.default,
     }
 )
+
+COPIES_OF_FIRST_ARGUMENT = frozenset(
+    {aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default}
+)
+"""Kernels whose result is a copy of their input (perhaps in another dtype): replayed as one
+``copy_`` into the recorded result, because their ``out=`` overloads allocate a temporary."""
 
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A bound kernel call: ``fn(*args, **kwargs)``; ``fn`` is the OpOverload for in-place and
@@ -99,6 +107,32 @@ def numbers_for_tensors(op: OpOverload, args: tuple, kwargs: dict) -> frozenset[
     return frozenset(names)
 
 
+def prewrap_numbers(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> tuple[tuple, dict]:
+    """Replace Python numbers passed for Tensor arguments by 0-d tensors made once.
+
+    A number is wrapped and converted to the computation dtype inside every call (an allocation
+    and a copy). Where every tensor operand and the result share one floating dtype, that dtype is
+    the computation dtype whatever the number is, so a 0-d tensor of it gives the same bits.
+    """
+    numbers = numbers_for_tensors(op, args, kwargs)
+    operands = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+    if not numbers or not isinstance(result, torch.Tensor) or not operands:
+        return args, kwargs
+    dtype = result.dtype
+    if not dtype.is_floating_point or any(t.dtype != dtype for t in operands):
+        return args, kwargs
+    wrapped_args = list(args)
+    wrapped_kwargs = dict(kwargs)
+    for position, argument in enumerate(op._schema.arguments):
+        if argument.name not in numbers:
+            continue
+        if position < len(args):
+            wrapped_args[position] = torch.tensor(args[position], dtype=dtype)
+        else:
+            wrapped_kwargs[argument.name] = torch.tensor(kwargs[argument.name], dtype=dtype)
+    return tuple(wrapped_args), wrapped_kwargs
+
+
 def storages_of(values: Sequence[Any]) -> set[int]:
     """Data pointers of the storages behind every tensor in ``values`` (nested lists included)."""
     return {
@@ -137,6 +171,9 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
         return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
     if not fresh:
         return None
+    if op in COPIES_OF_FIRST_ARGUMENT:
+        return "out", (aten.copy_.default, (result, args[0]), {})
+    args, kwargs = prewrap_numbers(op, args, kwargs, result)
     variant = out_variant(op, numbers_for_tensors(op, args, kwargs))
     if variant is not None and len(fresh) == len(tensors):
         out_op, out_names = variant
