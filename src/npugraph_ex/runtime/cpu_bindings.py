@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch._ops import OpOverload
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 NAMESPACES = (
@@ -30,17 +31,29 @@ class WrongKernel(Exception):
     """Raised inside the probe when a binding reaches another kernel than the recorded one."""
 
 
-class KernelProbe(TorchDispatchMode):
-    """Sees the first kernel a call reaches and returns its written arguments without running."""
+def tensors_in(values: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
 
-    def __init__(self, expected: OpOverload):
+
+class KernelProbe(TorchDispatchMode):
+    """Sees the first kernel a call reaches and returns its written arguments without running.
+
+    The binding passes only if it reaches the recorded kernel with the very same tensors.
+    """
+
+    def __init__(self, expected: OpOverload, tensors: list[torch.Tensor]):
         super().__init__()
         self.expected = expected
+        self.tensors = tensors
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func is not self.expected:
-            raise WrongKernel(str(func))
         kwargs = kwargs or {}
+        seen = tensors_in((args, kwargs))
+        same_tensors = len(seen) == len(self.tensors) and all(
+            a is b for a, b in zip(seen, self.tensors, strict=True)
+        )
+        if func is not self.expected or not same_tensors:
+            raise WrongKernel(str(func))
         written = [
             kwargs[arg.name] if arg.name in kwargs else args[position]
             for position, arg in enumerate(func._schema.arguments)
@@ -68,7 +81,7 @@ RESOLVED: dict[tuple[OpOverload, tuple], Callable[..., Any]] = {}
 
 def reaches(binding: Callable[..., Any], op: OpOverload, args: tuple, kwargs: dict) -> bool:
     try:
-        with KernelProbe(op):
+        with KernelProbe(op, tensors_in((args, kwargs))):
             binding(*args, **kwargs)
     except (WrongKernel, TypeError, RuntimeError):
         return False
