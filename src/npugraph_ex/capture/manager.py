@@ -111,7 +111,7 @@ class CaptureManager:
     def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
         old = self.entries.pop(key, None)
         if old is not None:
-            self.forget(key, old)
+            self.forget(old)
         staged = self.layout.stage(args, clone_input=self.config.clone_input)
         started = time.perf_counter()
         try:
@@ -129,8 +129,6 @@ class CaptureManager:
         self.stats.captures += 1
         if recapture_reason is not None:
             self.stats.recaptures[recapture_reason] += 1
-        self.stats.live_keys = len(self.entries)
-        self.stats.pool_bytes += graph.pool_bytes
         self.stats.keys[label] = {
             "replays": 0,
             "kernels": graph.kernel_count,
@@ -166,11 +164,9 @@ class CaptureManager:
             if lock is not None:
                 lock.release()
 
-    def forget(self, key: tuple, entry: CapturedKey) -> None:
-        self.stats.pool_bytes -= entry.graph.pool_bytes
+    def forget(self, entry: CapturedKey) -> None:
         self.stats.keys.pop(entry.label, None)
         entry.graph.release()
-        self.stats.live_keys = len(self.entries)
 
     def strict_error(self) -> UnsupportedGraphError:
         return UnsupportedGraphError(
@@ -205,7 +201,6 @@ class CaptureManager:
         )
 
     def release(self) -> None:
-        for key, entry in list(self.entries.items()):
-            self.forget(key, entry)
+        for entry in self.entries.values():
+            self.forget(entry)
         self.entries.clear()
-        self.stats.live_keys = 0

@@ -23,9 +23,6 @@ class GraphStats:
     """Calls run eagerly instead of replayed, by reason."""
     capture_seconds: float = 0.0
     """Time spent in warm-up and capture."""
-    live_keys: int = 0
-    pool_bytes: int = 0
-    """Bytes held by the live captures of this graph."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per live key (labelled by its shapes and values): replays, kernels per replay, bytes."""
 
@@ -38,8 +35,8 @@ class GraphStats:
             "replays": self.replays,
             "eager_calls": dict(self.eager_calls),
             "capture_seconds": round(self.capture_seconds, 6),
-            "live_keys": self.live_keys,
-            "pool_bytes": self.pool_bytes,
+            "live_keys": len(self.keys),
+            "pool_bytes": sum(info["pool_bytes"] for info in self.keys.values()),
             "keys": {label: dict(info) for label, info in self.keys.items()},
         }
 
@@ -78,7 +75,5 @@ def reset_stats() -> None:
         manager.stats = GraphStats(
             name=old.name,
             device=old.device,
-            live_keys=old.live_keys,
-            pool_bytes=old.pool_bytes,
             keys={label: {**info, "replays": 0} for label, info in old.keys.items()},
         )
