@@ -78,9 +78,7 @@ def compile_graph(
     gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
     facts = analyse_graph(gm, example_inputs, static_input_indices(len(example_inputs)))
     runtime = runtime_for(facts.device_type)
-    manager = CaptureManager(
-        gm, facts, example_inputs, config, runtime, name=name, pool=config.use_graph_pool
-    )
+    manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name)
     return boxed(manager)
 
 

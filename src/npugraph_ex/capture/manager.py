@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.errors import UnsupportedGraphError
+from npugraph_ex.errors import ConfigError, UnsupportedGraphError
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,45 @@ class CapturedKey:
     copies: tuple[tuple[int, torch.Tensor], ...]
     mutated_addresses: tuple[int, ...]
     static_args: list[Any]
+    pool: Any
+
+
+def pools_of(manager: CaptureManager) -> Callable[[], dict[int, int]]:
+    """``manager.pool_bytes`` without keeping the manager alive from its own stats."""
+    ref = weakref.ref(manager)
+
+    def pools() -> dict[int, int]:
+        live = ref()
+        return live.pool_bytes() if live is not None else {}
+
+    return pools
+
+
+class PoolPolicy:
+    """Which memory pool each new key's capture draws from (DESIGN: one pool per FX graph).
+
+    ``use_graph_pool`` given: that handle, for every key of every graph compiled with it. Else
+    ``reuse_graph_pool_in_same_fx``: one pool for all keys of this graph. Else a pool per key.
+    """
+
+    def __init__(self, config: Config, runtime: DeviceRuntime):
+        handle = config.use_graph_pool
+        if handle is not None and not runtime.accepts_pool(handle):
+            raise ConfigError(
+                f"use_graph_pool must be a pool handle for {runtime.name} graphs, got "
+                f"{handle!r}; make one with npugraph_ex.graph_pool_handle({runtime.name!r})",
+                option="use_graph_pool",
+            )
+        self.runtime = runtime
+        self.shared = handle
+        self.per_key = handle is None and not config.reuse_graph_pool_in_same_fx
+
+    def for_new_key(self) -> Any:
+        if self.per_key:
+            return self.runtime.new_pool()
+        if self.shared is None:
+            self.shared = self.runtime.new_pool()
+        return self.shared
 
 
 class CaptureManager:
@@ -56,18 +96,17 @@ class CaptureManager:
         runtime: DeviceRuntime,
         *,
         name: str,
-        pool: Any = None,
     ):
         self.fn = fn
         self.facts = facts
         self.config = config
         self.runtime = runtime
         self.layout = io.InputLayout(facts, example_inputs, frozen=config.frozen_parameter)
-        self.pool = pool
+        self.pools = PoolPolicy(config, runtime)
         self.entries: dict[tuple, CapturedKey] = {}
         self.captures_made = 0
         self.blocker = None if config.force_eager else facts.blocker
-        self.stats = GraphStats(name=name, device=facts.device_type)
+        self.stats = GraphStats(name=name, device=facts.device_type, pools=pools_of(self))
         self.number = register(self)
         if self.blocker is not None:
             self.refuse(self.blocker)
@@ -94,15 +133,20 @@ class CaptureManager:
 
     def replay(self, entry: CapturedKey, args: Sequence[Any]) -> list[Any]:
         io.refresh(entry.copies, args)
-        entry.graph.replay()
+        outputs = entry.graph.replay()
         self.stats.replays += 1
         self.stats.keys[entry.label]["replays"] += 1
-        return self.outputs_of(entry.graph)
+        return self.for_caller(outputs)
 
-    def outputs_of(self, graph: CapturedGraph) -> list[Any]:
+    def for_caller(self, outputs: list[Any]) -> list[Any]:
         if not self.config.clone_output:
-            return list(graph.outputs)
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in graph.outputs]
+            return outputs
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+
+    def pool_bytes(self) -> dict[int, int]:
+        """Bytes held by each pool (by identity) that a live key of this graph draws from."""
+        pools = {id(e.pool): e.pool for e in self.entries.values()}
+        return {key: self.runtime.pool_bytes(pool) for key, pool in pools.items()}
 
     def run_eager(self, args: Sequence[Any], reason: str) -> list[Any]:
         self.stats.eager_calls[reason] += 1
@@ -113,9 +157,10 @@ class CaptureManager:
         if old is not None:
             self.forget(old)
         staged = self.layout.stage(args, clone_input=self.config.clone_input)
+        pool = self.pools.for_new_key()
         started = time.perf_counter()
         try:
-            graph = self.capture_staged(staged)
+            graph = self.capture_staged(staged, pool)
         except Exception as error:  # any failure to capture falls back to eager, once explained
             self.refuse(f"capture failed: {type(error).__name__}: {error}")
             if self.config.strict_capture:
@@ -124,7 +169,9 @@ class CaptureManager:
         self.stats.capture_seconds += time.perf_counter() - started
         label = f"key{self.captures_made}: {self.layout.describe(key)}"
         self.captures_made += 1
-        entry = CapturedKey(label, graph, staged.copies, staged.mutated_addresses, staged.args)
+        entry = CapturedKey(
+            label, graph, staged.copies, staged.mutated_addresses, staged.args, pool
+        )
         self.entries[key] = entry
         self.stats.captures += 1
         if recapture_reason is not None:
@@ -134,11 +181,13 @@ class CaptureManager:
             "kernels": graph.kernel_count,
             "pool_bytes": graph.pool_bytes,
         }
-        if not self.runtime.capture_executes:
-            graph.replay()
-        return self.outputs_of(graph)
+        if self.runtime.capture_executes:
+            outputs, graph.capture_outputs = graph.capture_outputs, None
+        else:
+            outputs = graph.replay()
+        return self.for_caller(outputs)
 
-    def capture_staged(self, staged: io.StagedInputs) -> CapturedGraph:
+    def capture_staged(self, staged: io.StagedInputs, pool: Any) -> CapturedGraph:
         """Warm up, undo the warm-up's writes, then capture (which may itself execute)."""
         iters = self.config.num_warmup_iters
         # Undo warm-up writes, and the partial writes of a capture that fails while executing.
@@ -154,7 +203,7 @@ class CaptureManager:
             return self.runtime.capture(
                 self.fn,
                 staged.args,
-                pool=self.pool,
+                pool=pool,
                 capture_error_mode=self.config.capture_error_mode,
             )
         except Exception:

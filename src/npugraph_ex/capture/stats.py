@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +25,13 @@ class GraphStats:
     capture_seconds: float = 0.0
     """Time spent in warm-up and capture."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per live key (labelled by its shapes and values): replays, kernels per replay, bytes."""
+    """Per live key (labelled by its shapes and values): replays, kernels per replay, and
+    ``pool_bytes``, the bytes that key needs in its pool."""
+    pools: Callable[[], dict[int, int]] = dict
+    """Bytes held now by each pool the graph's keys draw from, by pool identity."""
 
     def summary(self) -> dict[str, Any]:
+        """Counters, plus ``pool_bytes``: what the graph's pools hold now (shared pools whole)."""
         return {
             "name": self.name,
             "device": self.device,
@@ -36,7 +41,8 @@ class GraphStats:
             "eager_calls": dict(self.eager_calls),
             "capture_seconds": round(self.capture_seconds, 6),
             "live_keys": len(self.keys),
-            "pool_bytes": sum(info["pool_bytes"] for info in self.keys.values()),
+            "pool_bytes": sum(self.pools().values()),
+            "pools": len(self.pools()),
             "keys": {label: dict(info) for label, info in self.keys.items()},
         }
 
@@ -58,13 +64,17 @@ def stats() -> dict[str, Any]:
     """Counters of every live compiled graph, and their totals.
 
     ``graphs`` holds one summary per FX graph (see ``GraphStats``); ``totals`` sums captures,
-    recaptures, replays and eager calls over them.
+    recaptures, replays and eager calls over them, and the bytes of every distinct pool.
     """
-    graphs = [LIVE_GRAPHS[n].stats.summary() for n in sorted(LIVE_GRAPHS.keys())]
+    managers = [m for n in sorted(LIVE_GRAPHS.keys()) if (m := LIVE_GRAPHS.get(n)) is not None]
+    graphs = [m.stats.summary() for m in managers]
     totals: dict[str, Any] = {key: sum(g[key] for g in graphs) for key in TOTAL_KEYS}
     totals["recaptures"] = sum(sum(g["recaptures"].values()) for g in graphs)
     totals["eager_calls"] = sum(sum(g["eager_calls"].values()) for g in graphs)
-    totals["pool_bytes"] = sum(g["pool_bytes"] for g in graphs)
+    pools: dict[int, int] = {}
+    for manager in managers:
+        pools.update(manager.stats.pools())
+    totals["pool_bytes"] = sum(pools.values())
     return {"graphs": graphs, "totals": totals}
 
 
@@ -75,5 +85,6 @@ def reset_stats() -> None:
         manager.stats = GraphStats(
             name=old.name,
             device=old.device,
+            pools=old.pools,
             keys={label: {**info, "replays": 0} for label, info in old.keys.items()},
         )

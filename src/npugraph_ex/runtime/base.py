@@ -5,9 +5,9 @@ re-runs the same kernels into the same memory. Everything else (graph keys, stat
 fallbacks, counters) is device-independent policy and lives in ``npugraph_ex.capture``.
 
 Invariant shared by every runtime: after ``capture(fn, args)`` the returned graph's ``outputs`` are
-tensors in memory owned by the graph; each ``replay()`` recomputes them in place from whatever the
-tensors in ``args`` hold at that moment. ``args`` must stay alive and at the same addresses for
-the graph's whole life.
+tensors in memory owned by the graph (or its pool); each ``replay()`` recomputes them in place
+from whatever the tensors in ``args`` hold at that moment and returns them for the caller.
+``args`` must stay alive and at the same addresses for the graph's whole life.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ class CapturedGraph(ABC):
     outputs: list[Any]
     """The graph's own outputs; replay rewrites them in place."""
 
+    capture_outputs: list[Any] | None = None
+    """Where capturing executes: the capturing call's results, for that call to return."""
+
     @abstractmethod
-    def replay(self) -> None:
-        """Re-run every captured kernel into the same memory."""
+    def replay(self) -> list[Any]:
+        """Re-run every captured kernel into the same memory; the outputs, for the caller."""
 
     @abstractmethod
     def release(self) -> None:
@@ -76,6 +79,14 @@ class DeviceRuntime(ABC):
     @abstractmethod
     def new_pool(self) -> Any:
         """A fresh memory pool handle for graphs that should share memory."""
+
+    @abstractmethod
+    def accepts_pool(self, pool: Any) -> bool:
+        """Whether ``pool`` is a pool handle of this device."""
+
+    @abstractmethod
+    def pool_bytes(self, pool: Any) -> int:
+        """Bytes the captures placed in ``pool`` hold through it."""
 
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (no-op where work is synchronous)."""

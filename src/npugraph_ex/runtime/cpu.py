@@ -2,9 +2,10 @@
 
 Capture runs the graph once under a dispatch mode that sees every ATen kernel with the exact
 tensors it reads and writes, and keeps every tensor it produces alive, so no two tensors of the
-graph ever share an address by accident. Replay re-issues the planned steps (see ``cpu_steps``)
-into that same memory: no allocation for kernels with an ``out=`` overload, no view
-recomputation, no FX interpretation, one tight loop below autograd.
+graph share an address by accident. The storages it made then move into a pool, where tensors
+that are never live together share bytes (``cpu_memory``, ``cpu_pool``). Replay re-issues the
+planned steps (see ``cpu_steps``) into that memory: no allocation for kernels with an ``out=``
+overload, no view recomputation, no FX interpretation, one tight loop below autograd.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.cpu_bindings import fastest_call
+from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
+from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
 
 
@@ -45,9 +48,15 @@ class KernelRecorder(TorchDispatchMode):
 
 
 class CpuGraph(CapturedGraph):
-    """The recorded steps of one capture, with the memory they write."""
+    """The recorded steps of one capture, with the memory they write.
 
-    def __init__(self, recorder: KernelRecorder, outputs: list[Any], inputs: Any):
+    With a pool, the storages the capture allocated are moved into it (see ``cpu_memory`` and
+    ``cpu_pool``); without one each keeps the storage it was captured in.
+    """
+
+    def __init__(
+        self, recorder: KernelRecorder, outputs: list[Any], inputs: Any, pool: CpuPool | None
+    ):
         self.steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
             for fn, args, kwargs in recorder.steps
@@ -55,19 +64,37 @@ class CpuGraph(CapturedGraph):
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
-        self.produced = recorder.produced
-        self._pool_bytes = owned_bytes(self.produced, inputs)
+        movable = storages_of(recorder.produced) - storages_of(inputs)
+        plan = plan_memory([tensors_in((a, k)) for _, a, k in self.steps], outputs, movable)
+        self.pool = pool
+        self.placed = pool.place(plan) if pool is not None else None
+        self.unplaced = None if pool is not None else recorder.produced
+        """Without a pool, what keeps the capture's storages alive."""
+        self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
+        self.capture_outputs = caller_aliases(outputs)
 
-    def replay(self) -> None:
+    def replay(self) -> list[Any]:
+        if self.placed is None:
+            self.run_steps()
+            return caller_aliases(self.outputs)
+        with self.placed.pool.lock:
+            self.placed.enter()
+            self.run_steps()
+            # Aliases made under the lock: another key's replay sees them as held.
+            return caller_aliases(self.outputs)
+
+    def run_steps(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
         with torch._C._AutoDispatchBelowADInplaceOrView():
             for fn, args, kwargs in self.steps:
                 fn(*args, **kwargs)
 
     def release(self) -> None:
+        if self.placed is not None:
+            self.placed.leave()
         self.steps = []
         self.outputs = []
-        self.produced = []
+        self.unplaced = None
         self._pool_bytes = 0
 
     @property
@@ -79,28 +106,26 @@ class CpuGraph(CapturedGraph):
         return len(self.steps)
 
 
-def owned_bytes(produced: list[Any], inputs: Any) -> int:
-    """Bytes of the distinct storages a capture allocated (inputs and parameters excluded)."""
-    external = storages_of(inputs)
-    sizes: dict[int, int] = {}
-    for tensor in torch.utils._pytree.tree_leaves(produced):
-        if isinstance(tensor, torch.Tensor):
-            storage = tensor.untyped_storage()
-            if storage.data_ptr() not in external:
-                sizes[storage.data_ptr()] = storage.nbytes()
-    return sum(sizes.values())
+def caller_aliases(outputs: list[Any]) -> list[Any]:
+    """New tensor objects over the outputs' memory, for the caller.
+
+    The engine re-points its own tensor objects when memory moves between captures; the caller's
+    objects (and views of them) must never move with them.
+    """
+    return [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs]
 
 
-class CpuPool:
-    """A CPU pool handle. Graphs given the same handle may share memory."""
-
-    def __repr__(self) -> str:
-        return f"CpuPool(id=0x{id(self):x})"
+def unpooled_bytes(plan: MemoryPlan) -> int:
+    """Bytes of the storages a capture without a pool keeps (each its own allocation)."""
+    return sum(b.nbytes for b in plan.intermediates) + plan.output_bytes
 
 
 class CpuRuntime(DeviceRuntime):
     name = "cpu"
     capture_executes = True
+
+    plan_memory = True
+    """False captures without pools: every tensor keeps its own allocation (for comparisons)."""
 
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         with torch.no_grad():
@@ -118,7 +143,17 @@ class CpuRuntime(DeviceRuntime):
         recorder = KernelRecorder()
         with torch.no_grad(), recorder:
             outputs = as_output_list(fn(*args))
-        return CpuGraph(recorder, outputs, list(args))
+        if not self.plan_memory:
+            pool = None
+        elif pool is None:
+            pool = self.new_pool()
+        return CpuGraph(recorder, outputs, list(args), pool)
 
     def new_pool(self) -> CpuPool:
         return CpuPool()
+
+    def accepts_pool(self, pool: Any) -> bool:
+        return isinstance(pool, CpuPool)
+
+    def pool_bytes(self, pool: Any) -> int:
+        return pool.nbytes

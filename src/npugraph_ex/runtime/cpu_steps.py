@@ -186,15 +186,19 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
 def compute_and_copy(
     op: OpOverload, args: tuple, kwargs: dict, tensors: list[torch.Tensor], fresh: list[int]
 ) -> Step:
-    """A step that runs ``op`` functionally and copies its fresh outputs into the recorded ones."""
-    kernel = op._op
-    targets = [(i, tensors[i]) for i in fresh]
+    """A step that runs ``op`` functionally and copies its fresh outputs into the recorded ones.
 
-    def run(*call_args: Any, **call_kwargs: Any) -> None:
+    The recorded outputs travel as the step's first argument, so that every tensor a step
+    touches is in its arguments (memory planning re-points them there).
+    """
+    kernel = op._op
+    indices = tuple(fresh)
+
+    def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
         result = kernel(*call_args, **call_kwargs)
         new = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
-        for index, target in targets:
+        for index, target in zip(indices, targets, strict=True):
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
-    return run, args, kwargs
+    return run, (tuple(tensors[i] for i in fresh), *args), kwargs

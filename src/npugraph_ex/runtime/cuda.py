@@ -2,7 +2,13 @@
 
 Warm-up runs on a side stream (as capture does) so that lazily created library handles and
 workspaces exist before capture; capture then records into a graph whose memory comes from the
-given pool. Capturing executes nothing, so the capturing call must replay once.
+given pool. Capturing executes nothing, so the capturing call replays once.
+
+Pools shared by several captures: the caching allocator hands a later capture the blocks an
+earlier one freed (its intermediates), so a later capture's outputs may sit in bytes an earlier
+graph rewrites on every replay. Such captures therefore end with a second, tiny graph that copies
+each output storage into memory of its own, outside the pool; the pool keeps intermediates only,
+and one key's replay never touches another key's outputs.
 """
 
 from __future__ import annotations
@@ -16,24 +22,59 @@ from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_lis
 
 
 class DeviceGraph(CapturedGraph):
-    """A captured CUDA or NPU graph with its static outputs."""
+    """A captured CUDA or NPU graph with its static outputs (and the graph copying them out)."""
 
-    def __init__(self, graph: Any, outputs: list[Any], pool_bytes: int):
-        self.graph = graph
+    def __init__(self, graphs: list[Any], outputs: list[Any], pool_bytes: int):
+        self.graphs = graphs
         self.outputs = outputs
         self._pool_bytes = pool_bytes
 
-    def replay(self) -> None:
-        self.graph.replay()
+    def replay(self) -> list[Any]:
+        for graph in self.graphs:
+            graph.replay()
+        return list(self.outputs)
 
     def release(self) -> None:
-        self.graph.reset()
+        for graph in self.graphs:
+            graph.reset()
+        self.graphs = []
         self.outputs = []
         self._pool_bytes = 0
 
     @property
     def pool_bytes(self) -> int:
         return self._pool_bytes
+
+
+def byte_view(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+def private_copies(outputs: list[Any], inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """Storages of their own for the outputs the pool holds: (new outputs, (source, copy) pairs).
+
+    Outputs that alias an input keep aliasing it; outputs sharing a storage keep sharing one.
+    """
+    input_storages = {
+        t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)
+    }
+    copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    moved: list[Any] = []
+    for output in outputs:
+        storage = output.untyped_storage() if isinstance(output, torch.Tensor) else None
+        if storage is None or storage.nbytes() == 0 or storage.data_ptr() in input_storages:
+            moved.append(output)
+            continue
+        if storage.data_ptr() not in copies:
+            own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=output.device)
+            copies[storage.data_ptr()] = (byte_view(storage, output.device), own)
+        own_storage = copies[storage.data_ptr()][1].untyped_storage()
+        moved.append(
+            torch.empty(0, dtype=output.dtype, device=output.device).set_(
+                own_storage, output.storage_offset(), output.shape, output.stride()
+            )
+        )
+    return moved, list(copies.values())
 
 
 class StreamGraphRuntime(DeviceRuntime):
@@ -45,6 +86,8 @@ class StreamGraphRuntime(DeviceRuntime):
         self.module = module
         self.graph_class = graph_class
         self.graph_context = graph_context
+        self.pool_growth: dict[Any, int] = {}
+        self.pool_users: dict[Any, int] = {}
 
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         side = self.module.Stream()
@@ -69,11 +112,29 @@ class StreamGraphRuntime(DeviceRuntime):
         context = self.graph_context(graph, pool=pool, capture_error_mode=capture_error_mode)
         with torch.no_grad(), context:
             outputs = as_output_list(fn(*args))
+        graphs = [graph]
+        self.pool_users[pool] = self.pool_users.get(pool, 0) + 1
+        # The first capture in a pool needs no copies: no graph before it freed blocks there.
+        if self.pool_users[pool] > 1:
+            outputs, pairs = private_copies(outputs, args)
+            copier = self.graph_class()
+            with torch.no_grad(), self.graph_context(copier, capture_error_mode=capture_error_mode):
+                for source, own in pairs:
+                    own.copy_(source)
+            graphs.append(copier)
         self.module.synchronize()
-        return DeviceGraph(graph, outputs, self.module.memory_reserved() - before)
+        grown = self.module.memory_reserved() - before
+        self.pool_growth[pool] = self.pool_growth.get(pool, 0) + grown
+        return DeviceGraph(graphs, outputs, grown)
 
     def new_pool(self) -> Any:
         return self.module.graph_pool_handle()
+
+    def accepts_pool(self, pool: Any) -> bool:
+        return isinstance(pool, tuple) and len(pool) == 2
+
+    def pool_bytes(self, pool: Any) -> int:
+        return self.pool_growth.get(pool, 0)
 
     def synchronize(self) -> None:
         self.module.synchronize()

@@ -1,0 +1,135 @@
+"""CPU memory pools: one arena for intermediates and output slots, shared by many captures.
+
+Every capture placed in a pool puts its intermediates in the pool's one arena (a single
+resizable storage: growing it moves every capture's tensors at once) and its output storages in
+the pool's output slots, slot ``i`` holding the ``i``-th output storage of whichever capture
+replayed last. Memory therefore follows the largest capture, not the sum of them.
+
+Outputs are where sharing could hurt a caller: a replay of one capture (one graph key) may
+overwrite bytes that still hold outputs of another. The rule, checked when a capture takes a
+slot over from another one (a key switch):
+
+- the caller still holds the slot's storage (any tensor or view of it): the storage is left to
+  the caller, untouched from then on, and the slot gets fresh memory. Holding an older key's
+  output therefore costs one allocation, and its values are never overwritten;
+- nobody holds it: the bytes are reused.
+
+A replay of the same capture that wrote the slot last overwrites its previous outputs in place:
+outputs stay valid until the next call with the same key (clone them, or set ``clone_output``).
+Whether the caller holds a storage is read from its reference count, with the capture that last
+wrote it first detached from it (so only the pool's own handle remains).
+
+Replays and captures of one pool run one at a time (``lock``): they share bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from npugraph_ex.runtime.cpu_memory import MemoryPlan, point_at, unpoint
+
+
+def fresh_storage(nbytes: int) -> torch.UntypedStorage:
+    return torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
+
+
+def bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+def held_elsewhere(storage: torch.UntypedStorage) -> bool:
+    """Whether anything but the pool's own handle references ``storage``."""
+    return torch._C._storage_Use_Count(storage._cdata) > 1
+
+
+@dataclass(eq=False)
+class OutputSlot:
+    storage: torch.UntypedStorage | None = None
+    writer: PlacedCapture | None = None
+    """The capture whose tensors point at ``storage`` (and whose outputs it holds)."""
+
+
+class PlacedCapture:
+    """One capture's share of a pool: its arena need and its output storages, by slot."""
+
+    def __init__(self, pool: CpuPool, plan: MemoryPlan):
+        self.pool = pool
+        self.plan = plan
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this capture needs: its arena extent plus its output storages."""
+        return self.plan.arena_bytes + self.plan.output_bytes
+
+    def enter(self) -> None:
+        """Point this capture's output tensors at its slots (call under ``pool.lock``)."""
+        for index in range(len(self.plan.outputs)):
+            if self.pool.slots[index].writer is not self:
+                self.pool.take_slot(index, self)
+
+    def leave(self) -> None:
+        """Give the slots up (the capture is being released)."""
+        with self.pool.lock:
+            for slot, buffer in zip(self.pool.slots, self.plan.outputs):
+                if slot.writer is self:
+                    unpoint(buffer.views)
+                    slot.writer = None
+
+
+class CpuPool:
+    """A CPU graph pool. Captures placed in the same pool share memory (see module docstring).
+
+    Make one with ``npugraph_ex.graph_pool_handle("cpu")`` and pass it as
+    ``options={"use_graph_pool": pool}`` to share it across compiled functions.
+    """
+
+    def __init__(self) -> None:
+        self.arena = fresh_storage(0)
+        self.slots: list[OutputSlot] = []
+        self.lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"CpuPool(id=0x{id(self):x}, nbytes={self.nbytes})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pool holds: the arena and the slots' current storages."""
+        slots = sum(s.storage.nbytes() for s in self.slots if s.storage is not None)
+        return self.arena.nbytes() + slots
+
+    def place(self, plan: MemoryPlan) -> PlacedCapture:
+        """Move a capture's planned storages into this pool; its outputs enter the slots.
+
+        Output storages keep their values (the capturing call returns them); intermediates are
+        dead between replays and move without theirs.
+        """
+        placed = PlacedCapture(self, plan)
+        computed = [buffer.views[0][0].untyped_storage() for buffer in plan.outputs]
+        with self.lock:
+            if self.arena.nbytes() < plan.arena_bytes:
+                self.arena.resize_(plan.arena_bytes)
+            for buffer in plan.intermediates:
+                point_at(buffer.views, self.arena, buffer.offset)
+            while len(self.slots) < len(plan.outputs):
+                self.slots.append(OutputSlot())
+            placed.enter()
+            for slot, values in zip(self.slots, computed):
+                bytes_of(slot.storage)[: values.nbytes()].copy_(bytes_of(values))
+        return placed
+
+    def take_slot(self, index: int, capture: PlacedCapture) -> None:
+        """Point ``capture``'s ``index``-th output storage at slot ``index``."""
+        slot = self.slots[index]
+        buffer = capture.plan.outputs[index]
+        # Detach the previous writer first: then only the pool's handle and the caller's
+        # tensors can reference the storage.
+        if slot.writer is not None:
+            unpoint(slot.writer.plan.outputs[index].views)
+        storage = slot.storage
+        if storage is None or storage.nbytes() < buffer.nbytes or held_elsewhere(storage):
+            storage = slot.storage = fresh_storage(buffer.nbytes)
+        point_at(buffer.views, storage, 0)
+        slot.writer = capture
