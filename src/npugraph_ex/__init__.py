@@ -18,6 +18,7 @@ from npugraph_ex.compiler import compile_fx  # noqa: E402
 from npugraph_ex.config import Config  # noqa: E402
 from npugraph_ex.dynamo_backend import npugraph_ex_backend  # noqa: E402
 from npugraph_ex.registration import register_backends  # noqa: E402
+from npugraph_ex.runtime import graph_pool_handle  # noqa: E402
 from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend  # noqa: E402
 
 backend = npugraph_ex_backend
@@ -33,6 +34,7 @@ __all__ = [
     "backend",
     "compile_fx",
     "get_npu_backend",
+    "graph_pool_handle",
     "npugraph_ex_backend",
     "reset_stats",
     "stats",

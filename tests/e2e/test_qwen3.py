@@ -223,3 +223,32 @@ def test_static_cache_decode_replays_and_writes_callers_cache(
             assert done["replays"] == calls - done["captures"]
         else:
             assert done == Counter(replays=calls)
+
+
+def test_growing_sequence_is_the_same_with_pools_shared_or_per_key(
+    tiny_qwen3_config: Callable[..., torch.nn.Module],
+) -> None:
+    model = tiny_qwen3_config()
+    prompt = prompt_ids(model, "cpu", seed=2)
+    eager_ids, _ = greedy_growing(growing_forward(model), prompt)
+    runs = {}
+    for reuse in (True, False):
+        npugraph_ex.reset_stats()
+        forward = compile_growing(model, reuse_graph_pool_in_same_fx=reuse)
+        # Unlike greedy_growing, keep each call's logits uncloned: a later length never
+        # overwrites an output the caller still holds. The second pass replays every length.
+        with torch.no_grad():
+            for _ in range(2):
+                ids, held = prompt, []
+                for _ in range(NEW_TOKENS):
+                    held.append(forward(ids))
+                    ids = torch.cat([ids, held[-1][:, -1].argmax(-1, keepdim=True)], dim=1)
+        (graph,) = graphs_called()
+        assert (graph["captures"], graph["replays"]) == (NEW_TOKENS, NEW_TOKENS)
+        runs[reuse] = ids, [t.clone() for t in held], graph
+    (shared_ids, shared_logits, shared), (own_ids, own_logits, own) = runs[True], runs[False]
+    assert torch.equal(shared_ids, eager_ids) and torch.equal(own_ids, eager_ids)
+    for a, b in zip(shared_logits, own_logits, strict=True):
+        assert torch.equal(a, b)
+    assert (shared["pools"], own["pools"]) == (1, NEW_TOKENS)
+    assert shared["pool_bytes"] < own["pool_bytes"] / 2

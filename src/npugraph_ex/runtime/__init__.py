@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from typing import Any
+
+import torch
 
 from npugraph_ex.errors import ConfigError
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime
@@ -27,4 +30,13 @@ def runtime_for(device_type: str) -> DeviceRuntime:
     return getattr(importlib.import_module(module_name), class_name)()
 
 
-__all__ = ["CapturedGraph", "DeviceRuntime", "runtime_for"]
+def graph_pool_handle(device: str | torch.device = "cpu") -> Any:
+    """A new memory pool for graphs on ``device``, to share through ``use_graph_pool``.
+
+    On CUDA it is ``torch.cuda.graph_pool_handle()``; on CPU a ``CpuPool``. Graphs compiled with
+    ``options={"use_graph_pool": handle}`` (prefill and decode, two models) draw from one pool.
+    """
+    return runtime_for(torch.device(device).type).new_pool()
+
+
+__all__ = ["CapturedGraph", "DeviceRuntime", "graph_pool_handle", "runtime_for"]

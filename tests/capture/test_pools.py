@@ -1,0 +1,111 @@
+"""Memory pools through ``torch.compile``: one pool per FX graph, shared handles, older outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npugraph_ex
+from helpers import assert_same, graphs_called
+from models import make_cnn, make_mlp
+from npugraph_ex.errors import ConfigError
+
+
+def compiled(fn, **options):
+    return torch.compile(fn, backend="npugraph_ex", fullgraph=True, dynamic=True, options=options)
+
+
+def expand(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = (x @ w).relu()
+    return torch.cat([h, h.sigmoid()], dim=-1) * 2
+
+
+@torch.no_grad()
+def test_an_older_keys_outputs_keep_their_values_when_another_key_runs(device: str) -> None:
+    w = torch.randn(16, 32, device=device)
+    fn = compiled(expand)
+    small, big, small_again = (torch.randn(n, 16, device=device) for n in (4, 64, 4))
+    fn(small, w)
+    held_big = fn(big, w)  # captured after the small key, in the same pool
+    expected_big = expand(big, w)
+    fn(small_again, w)
+    latest = fn(small, w)  # both replays of the small key write while the caller holds held_big
+    assert_same(held_big, expected_big, device)
+    assert_same(latest, expand(small, w), device)
+    assert [g["pools"] for g in graphs_called()] == [1]
+
+
+def key_bytes(graph: dict) -> list[int]:
+    return [info["pool_bytes"] for info in graph["keys"].values()]
+
+
+@torch.no_grad()
+def test_keys_sharing_a_pool_hold_the_largest_key_not_the_sum() -> None:
+    w = torch.randn(16, 32)
+    fns = {
+        "shared": compiled(expand),
+        "per key": compiled(expand, reuse_graph_pool_in_same_fx=False),
+    }
+    for fn in fns.values():
+        for rows in (8, 64, 32, 16):
+            assert torch.equal(
+                fn(torch.full((rows, 16), 0.5), w), expand(torch.full((rows, 16), 0.5), w)
+            )
+    shared, per_key = graphs_called()
+    assert (shared["pools"], per_key["pools"]) == (1, 4)
+    assert key_bytes(shared) == key_bytes(per_key)
+    assert per_key["pool_bytes"] == sum(key_bytes(per_key))
+    # Outputs were dropped at once, so the largest key's arena and output slot serve every key.
+    assert shared["pool_bytes"] == max(key_bytes(shared))
+    assert npugraph_ex.stats()["totals"]["pool_bytes"] == shared["pool_bytes"] + sum(
+        key_bytes(per_key)
+    )
+
+
+@torch.no_grad()
+def test_two_models_sharing_one_pool_handle_stay_correct_called_alternately(device: str) -> None:
+    mlp, cnn = make_mlp().to(device), make_cnn().to(device)
+    pool = npugraph_ex.graph_pool_handle(device)
+    fast_mlp = compiled(mlp, use_graph_pool=pool)
+    fast_cnn = compiled(cnn, use_graph_pool=pool)
+    held = []
+    for step in range(4):
+        x = torch.randn(3 + step % 2, 32, device=device)
+        image = torch.randn(2, 3, 16, 16, device=device)
+        held.append((fast_mlp(x), mlp(x)))
+        held.append((fast_cnn(image), cnn(image)))
+        for got, expected in held[-2:]:
+            torch.testing.assert_close(got, expected)
+    # The latest output of each key the caller held through the other model's calls is intact.
+    for got, expected in held[-4:]:
+        torch.testing.assert_close(got, expected)
+    graphs = graphs_called()
+    assert len(graphs) == 2 and all(g["pools"] == 1 for g in graphs)
+    if device == "cpu":
+        assert npugraph_ex.stats()["totals"]["pool_bytes"] == pool.nbytes
+
+
+def test_a_pool_handle_of_another_device_is_rejected_with_the_fix() -> None:
+    fn = compiled(expand, use_graph_pool=(0, 7))
+    with pytest.raises(Exception) as raised:
+        fn(torch.randn(4, 16), torch.randn(16, 32))
+    cause = raised.value
+    while cause is not None and not isinstance(cause, ConfigError):
+        cause = cause.__cause__ or cause.__context__
+    assert str(cause) == (
+        "use_graph_pool must be a pool handle for cpu graphs, got (0, 7); make one with "
+        "npugraph_ex.graph_pool_handle('cpu')"
+    )
+    assert cause.option == "use_graph_pool"
+
+
+@torch.no_grad()
+def test_clone_output_returns_private_copies_from_a_shared_pool(device: str) -> None:
+    w = torch.randn(16, 32, device=device)
+    fn = compiled(expand, clone_output=True)
+    x = torch.randn(4, 16, device=device)
+    first, second = fn(x, w), fn(x, w)
+    assert first.data_ptr() != second.data_ptr()
+    third = fn(torch.randn(4, 16, device=device), w)
+    assert_same(first, expand(x, w), device)
+    assert third.data_ptr() not in (first.data_ptr(), second.data_ptr())

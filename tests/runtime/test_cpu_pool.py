@@ -1,0 +1,93 @@
+"""CPU pools: captures sharing one arena and output slots, and outputs a caller still holds."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.cpu_pool import CpuPool
+
+
+def capture(fn, *args, pool):
+    gm = make_fx(fn)(*args)
+    graph = runtime_for("cpu").capture(gm, list(args), pool=pool, capture_error_mode="global")
+    graph.capture_outputs = None  # what the capture manager does once the call has returned
+    return graph
+
+
+def mlp(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return ((x @ w).relu() @ w.t()).sigmoid() + x
+
+
+def shapes(*rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    w = torch.randn(32, 128)
+    return [(torch.randn(n, 32), w) for n in rows]
+
+
+def test_captures_in_one_pool_take_the_largest_arena_not_the_sum() -> None:
+    pool = CpuPool()
+    graphs = [capture(mlp, x, w, pool=pool) for x, w in shapes(4, 64, 16)]
+    arenas = [g.placed.plan.arena_bytes for g in graphs]
+    assert pool.arena.nbytes() == max(arenas) < sum(arenas)
+    # One output slot, sized by the largest output seen while nobody held the smaller ones.
+    assert len(pool.slots) == 1
+    assert pool.nbytes == pool.arena.nbytes() + pool.slots[0].storage.nbytes()
+
+
+def test_every_capture_in_a_shared_pool_replays_correctly_in_any_order() -> None:
+    pool = CpuPool()
+    cases = shapes(4, 64, 16, 1)
+    graphs = [capture(mlp, x, w, pool=pool) for x, w in cases]
+    for index in [3, 0, 2, 2, 1, 0, 3, 1]:
+        x, w = cases[index]
+        x.copy_(torch.randn_like(x))
+        assert torch.equal(graphs[index].replay()[0], mlp(x, w))
+
+
+def test_an_older_keys_output_the_caller_holds_is_never_overwritten() -> None:
+    pool = CpuPool()
+    (small_x, w), (big_x, _) = shapes(4, 64)
+    small, big = capture(mlp, small_x, w, pool=pool), capture(mlp, big_x, w, pool=pool)
+    big.replay()  # the slot now has room for either key's output
+    held = small.replay()[0]
+    kept = held.clone()
+    row = held[1]  # a view the caller made
+    big_x.copy_(torch.randn_like(big_x))
+    fresh = big.replay()[0]  # another key: needs the slot the held output sits in
+    assert torch.equal(held, kept) and torch.equal(row, kept[1])
+    assert torch.equal(fresh, mlp(big_x, w))
+    assert fresh.untyped_storage().data_ptr() != held.untyped_storage().data_ptr()
+
+
+def test_memory_nobody_holds_is_reused_across_keys() -> None:
+    pool = CpuPool()
+    (small_x, w), (big_x, _) = shapes(4, 64)
+    small, big = capture(mlp, small_x, w, pool=pool), capture(mlp, big_x, w, pool=pool)
+    address = big.replay()[0].data_ptr()  # dropped at once
+    gc.collect()
+    assert small.replay()[0].data_ptr() == address  # same slot storage, not a new allocation
+    assert torch.equal(small.replay()[0], mlp(small_x, w))
+
+
+def test_the_same_key_overwrites_its_previous_outputs_in_place() -> None:
+    pool = CpuPool()
+    ((x, w),) = shapes(8)
+    graph = capture(mlp, x, w, pool=pool)
+    first = graph.replay()[0]
+    x.copy_(torch.randn_like(x))
+    second = graph.replay()[0]
+    assert first.data_ptr() == second.data_ptr()
+    assert torch.equal(first, mlp(x, w))  # the documented contract: valid until the next call
+
+
+def test_a_released_capture_gives_its_slot_up() -> None:
+    pool = CpuPool()
+    (x, w), (other_x, _) = shapes(4, 8)
+    graph, other = capture(mlp, x, w, pool=pool), capture(mlp, other_x, w, pool=pool)
+    assert pool.slots[0].writer is other.placed
+    other.release()
+    assert pool.slots[0].writer is None
+    assert torch.equal(graph.replay()[0], mlp(x, w))
