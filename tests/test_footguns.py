@@ -30,6 +30,17 @@ def test_an_output_is_overwritten_by_the_next_call() -> None:
 
 
 @torch.no_grad()
+def test_a_call_with_other_shapes_leaves_a_held_output_alone() -> None:
+    fn = compiled(lambda x: x * 2, dynamic=True)
+    short = fn(torch.ones(3))
+    long = fn(torch.ones(5))  # another key, drawing from the same pool
+    fn(torch.full((7,), 3.0))
+    # Only a call with the same shapes may reuse an output's memory; these keep their values.
+    assert torch.equal(short, torch.full((3,), 2.0))
+    assert torch.equal(long, torch.full((5,), 2.0))
+
+
+@torch.no_grad()
 def test_frozen_parameter_does_not_notice_a_moved_parameter() -> None:
     lin = torch.nn.Linear(2, 2, bias=False)
     old_weight = lin.weight.detach().clone()

@@ -57,7 +57,7 @@ def test_a_chain_of_kernels_needs_two_intermediates_not_one_per_kernel() -> None
     buffer = 64 * 64 * 4
     assert graph.kernel_count == 18
     # 17 intermediates of one size; at most two are live at once, the output has a slot.
-    assert graph.placed.plan.arena_bytes == 2 * buffer
+    assert graph.placed.arena_bytes == 2 * buffer
     assert graph.pool_bytes == 3 * buffer
     x.copy_(torch.randn(64, 64))
     assert torch.equal(graph.replay()[0], chain(x))

@@ -30,7 +30,7 @@ def shapes(*rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def test_captures_in_one_pool_take_the_largest_arena_not_the_sum() -> None:
     pool = CpuPool()
     graphs = [capture(mlp, x, w, pool=pool) for x, w in shapes(4, 64, 16)]
-    arenas = [g.placed.plan.arena_bytes for g in graphs]
+    arenas = [g.placed.arena_bytes for g in graphs]
     assert pool.arena.nbytes() == max(arenas) < sum(arenas)
     # One output slot, sized by the largest output seen while nobody held the smaller ones.
     assert len(pool.slots) == 1

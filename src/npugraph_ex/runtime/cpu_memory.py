@@ -132,7 +132,9 @@ def assign_offsets(buffers: list[Buffer]) -> int:
     placed: list[Buffer] = []
     for buffer in sorted(buffers, key=lambda b: (-b.nbytes, b.first)):
         offset = 0
-        conflicts = sorted((p for p in placed if p.overlaps_in_time(buffer)), key=lambda p: p.offset)
+        conflicts = sorted(
+            (p for p in placed if p.overlaps_in_time(buffer)), key=lambda p: p.offset
+        )
         for other in conflicts:
             if offset + buffer.nbytes <= other.offset:
                 break

@@ -53,27 +53,29 @@ class OutputSlot:
 
 
 class PlacedCapture:
-    """One capture's share of a pool: its arena need and its output storages, by slot."""
+    """One capture's share of a pool: its arena extent and its output storages, by slot.
+
+    Only the output storages' tensors are kept here (they move between slots); the
+    intermediates' bookkeeping is dropped once they sit in the arena.
+    """
 
     def __init__(self, pool: CpuPool, plan: MemoryPlan):
         self.pool = pool
-        self.plan = plan
-
-    @property
-    def nbytes(self) -> int:
+        self.outputs = plan.outputs
+        self.arena_bytes = plan.arena_bytes
+        self.nbytes = plan.arena_bytes + plan.output_bytes
         """Bytes this capture needs: its arena extent plus its output storages."""
-        return self.plan.arena_bytes + self.plan.output_bytes
 
     def enter(self) -> None:
         """Point this capture's output tensors at its slots (call under ``pool.lock``)."""
-        for index in range(len(self.plan.outputs)):
+        for index in range(len(self.outputs)):
             if self.pool.slots[index].writer is not self:
                 self.pool.take_slot(index, self)
 
     def leave(self) -> None:
         """Give the slots up (the capture is being released)."""
         with self.pool.lock:
-            for slot, buffer in zip(self.pool.slots, self.plan.outputs):
+            for slot, buffer in zip(self.pool.slots, self.outputs):
                 if slot.writer is self:
                     unpoint(buffer.views)
                     slot.writer = None
@@ -123,11 +125,11 @@ class CpuPool:
     def take_slot(self, index: int, capture: PlacedCapture) -> None:
         """Point ``capture``'s ``index``-th output storage at slot ``index``."""
         slot = self.slots[index]
-        buffer = capture.plan.outputs[index]
+        buffer = capture.outputs[index]
         # Detach the previous writer first: then only the pool's handle and the caller's
         # tensors can reference the storage.
         if slot.writer is not None:
-            unpoint(slot.writer.plan.outputs[index].views)
+            unpoint(slot.writer.outputs[index].views)
         storage = slot.storage
         if storage is None or storage.nbytes() < buffer.nbytes or held_elsewhere(storage):
             storage = slot.storage = fresh_storage(buffer.nbytes)

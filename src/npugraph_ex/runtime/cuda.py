@@ -47,7 +47,9 @@ class DeviceGraph(CapturedGraph):
 
 
 def byte_view(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (storage.nbytes(),), (1,))
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(
+        storage, 0, (storage.nbytes(),), (1,)
+    )
 
 
 def private_copies(outputs: list[Any], inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -55,9 +57,7 @@ def private_copies(outputs: list[Any], inputs: Sequence[Any]) -> tuple[list[Any]
 
     Outputs that alias an input keep aliasing it; outputs sharing a storage keep sharing one.
     """
-    input_storages = {
-        t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)
-    }
+    input_storages = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
     copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     moved: list[Any] = []
     for output in outputs:
