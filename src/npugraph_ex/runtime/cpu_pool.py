@@ -75,7 +75,7 @@ class PlacedCapture:
     def leave(self) -> None:
         """Give the slots up (the capture is being released)."""
         with self.pool.lock:
-            for slot, buffer in zip(self.pool.slots, self.outputs):
+            for slot, buffer in zip(self.pool.slots, self.outputs, strict=False):
                 if slot.writer is self:
                     unpoint(buffer.views)
                     slot.writer = None
@@ -118,7 +118,7 @@ class CpuPool:
             while len(self.slots) < len(plan.outputs):
                 self.slots.append(OutputSlot())
             placed.enter()
-            for slot, values in zip(self.slots, computed):
+            for slot, values in zip(self.slots, computed, strict=False):
                 bytes_of(slot.storage)[: values.nbytes()].copy_(bytes_of(values))
         return placed
 
