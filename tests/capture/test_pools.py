@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import assert_same, graphs_called
+from helpers import assert_same, graphs_called, totals
 from models import make_cnn, make_mlp
 from npugraph_ex.errors import ConfigError
 
@@ -33,6 +33,37 @@ def test_an_older_keys_outputs_keep_their_values_when_another_key_runs(device: s
     assert_same(held_big, expected_big, device)
     assert_same(latest, expand(small, w), device)
     assert [g["pools"] for g in graphs_called()] == [1]
+
+
+def views_writes_and_aliases(x: torch.Tensor, cache: torch.Tensor, row: torch.Tensor):
+    h = (x @ x.t()).softmax(-1)
+    cache.index_copy_(0, row, h[:1, :4])  # an input written in place
+    top = h[:2]
+    return h, top, top.t(), h.sum(0), cache[row]  # outputs aliasing each other and the cache
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["shared pool", "pool per key"])
+@torch.no_grad()
+def test_views_input_writes_and_aliased_outputs_match_eager_across_keys(device, reuse) -> None:
+    fn = compiled(views_writes_and_aliases, reuse_graph_pool_in_same_fx=reuse)
+    cache, eager_cache = (torch.zeros(8, 4, device=device) for _ in range(2))
+    held = []
+    for step, rows in enumerate((5, 9, 6, 5, 9, 6)):
+        x = torch.randn(rows, 3, device=device)
+        row = torch.tensor([step % 8], device=device)
+        got = fn(x, cache, row)
+        expected = views_writes_and_aliases(x, eager_cache, row)
+        held.append((got, [t.clone() for t in expected]))
+        for actual, want in zip(got, expected, strict=True):
+            assert_same(actual, want, device)
+        assert_same(cache, eager_cache, device)
+        # The aliasing eager has, the outputs have.
+        assert got[1].data_ptr() == got[0].data_ptr() and got[2].data_ptr() == got[0].data_ptr()
+    # Each length's latest outputs still hold their values after the other lengths ran.
+    for got, expected in held[-3:]:
+        for actual, want in zip(got[:4], expected[:4], strict=True):
+            assert_same(actual, want, device)
+    assert (totals()["captures"], totals()["replays"]) == (3, 3)
 
 
 def pool_bytes_total() -> int:
