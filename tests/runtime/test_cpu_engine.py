@@ -141,3 +141,22 @@ def test_numbers_keep_their_promotion_where_wrapping_would_change_it() -> None:
     graph.replay()
     assert graph.outputs[0].dtype == torch.float32
     assert torch.equal(graph.outputs[0], scale(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_prims_dtype_conversion_replays_as_one_copy(dtype) -> None:
+    convert = torch.ops.prims.convert_element_type.default
+
+    def upcast_scale(x):
+        return convert(x, dtype) * 3
+
+    x = torch.randn(4, 6)[:, ::2]  # strided: the copy must keep the recorded layout
+    graph = capture(upcast_scale, x)
+    assert graph.step_kinds == {"out": 2}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        graph.replay()
+    names = {event.name for event in prof.events()}
+    assert "aten::copy_" in names
+    assert not names & {"aten::empty", "aten::empty_like", "aten::empty_strided"}
+    x.copy_(torch.randn(4, 3))
+    assert torch.equal(graph.replay()[0], upcast_scale(x))

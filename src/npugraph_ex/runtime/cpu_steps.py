@@ -46,10 +46,17 @@ UNINITIALISED_FACTORIES = frozenset(
 )
 
 COPIES_OF_FIRST_ARGUMENT = frozenset(
-    {aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default}
+    {
+        aten.clone.default,
+        aten._to_copy.default,
+        aten.lift_fresh_copy.default,
+        torch.ops.prims.convert_element_type.default,
+    }
 )
 """Kernels whose result is a copy of their input (perhaps in another dtype): replayed as one
-``copy_`` into the recorded result, because their ``out=`` overloads allocate a temporary."""
+``copy_`` into the recorded result, because their ``out=`` overloads allocate a temporary (and
+``prims.convert_element_type``, which graphs with dynamic shapes carry, has none: it is
+``empty_like`` then ``copy_``)."""
 
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A bound kernel call: ``fn(*args, **kwargs)``; ``fn`` is the OpOverload for in-place and
