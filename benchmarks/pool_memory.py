@@ -265,12 +265,18 @@ def main() -> None:
     parser.add_argument("--latency-keys", type=int, default=16)
     parser.add_argument("--plot", type=Path, help="write a PNG chart here")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--replot", type=Path, help="only redraw --plot from this JSON record")
     add_common_args(parser, NAME, repeats=15)
     args = parser.parse_args()
     apply_threads(args.threads)
     if args.child:
         mode, keys, largest = args.child
         print(json.dumps(measure_child(args.preset, mode, int(keys), int(largest))))
+        return
+    if args.replot:
+        results = json.loads(args.replot.read_text())["results"]
+        times = {m: [t / 1e3 for t in ts] for m, ts in results["latency_per_repeat_ms"].items()}
+        plot(results["memory"], times, args.plot or Path("pool_memory.png"))
         return
     env = environment()
     print("memory (one fresh process per row):", flush=True)
@@ -305,35 +311,34 @@ def plot(rows: list[dict[str, Any]], times: dict[str, list[float]], path: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    base = rows[0]["pool_bytes"] / MIB
-    for mode, colour in (("shared", "#1f77b4"), ("per key", "#ff7f0e")):
-        picked = [r for r in rows if r["mode"] == mode]
-        keys = [r["keys"] for r in picked]
-        left.plot(
-            keys, [r["pool_bytes"] / MIB for r in picked], "o-", color=colour, label=f"pool, {mode}"
-        )
-        left.plot(
-            keys,
-            [r["resident_growth_bytes"] / MIB for r in picked],
-            "s--",
-            color=colour,
-            label=f"resident, {mode}",
-        )
-    left.axhline(base * 1.5, color="#2ca02c", ls=":", label="1.5x largest key alone")
-    left.axhline(base, color="#8c8c8c", ls=":", label="largest key alone (pool)")
-    left.set_xlabel("captured keys")
-    left.set_ylabel("MiB")
-    left.set_xscale("log", base=2)
-    left.legend(fontsize=8)
-    left.set_title("memory of the growing-sequence loop")
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.5))
+    panels = (("pool_bytes", "pool bytes"), ("resident_growth_bytes", "resident growth"))
+    for ax, (field, title) in zip(axes[:2], panels, strict=True):
+        base = rows[0][field] / MIB
+        for mode, colour in (("shared", "#1f77b4"), ("per key", "#ff7f0e")):
+            picked = [r for r in rows if r["mode"] == mode]
+            ax.plot(
+                [r["keys"] for r in picked],
+                [r[field] / MIB for r in picked],
+                "o-",
+                color=colour,
+                label=mode,
+            )
+        ax.axhline(base, color="#8c8c8c", ls=":", label="largest key alone")
+        ax.axhline(base * 1.5, color="#2ca02c", ls=":", label="1.5x largest key alone")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("captured keys")
+        ax.set_ylabel("MiB")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
     names = list(times)
     mids = [median(times[n]) * 1e3 for n in names]
-    right.bar(names, mids, color=["#8c8c8c", "#1f77b4", "#ff7f0e"])
+    axes[2].bar(names, mids, color=["#8c8c8c", "#1f77b4", "#ff7f0e"])
     for i, mid in enumerate(mids):
-        right.text(i, mid / 2, f"{mid:.2f} ms\n{mids[0] / mid:.2f}x", ha="center", fontsize=9)
-    right.set_ylabel("ms per replay")
-    right.set_title("replay latency")
+        axes[2].text(i, mid / 2, f"{mid:.2f} ms\n{mids[0] / mid:.2f}x", ha="center", fontsize=9)
+    axes[2].set_ylabel("ms per replay")
+    axes[2].set_title("replay latency")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
