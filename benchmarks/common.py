@@ -24,6 +24,28 @@ import torch
 
 from npugraph_ex.capture.stats import LIVE_GRAPHS
 
+QWEN3_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=4096,
+    ),
+    "micro": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+    ),
+}
+"""Qwen3 configs (random weights) the benchmarks build: ``tiny`` (4.5M parameters) and ``micro``."""
+
 Block = Callable[[], float]
 """Runs one timed block of a variant and returns the seconds per call it measured."""
 

@@ -35,6 +35,9 @@ from typing import Any
 
 import torch
 from common import (
+    QWEN3_PRESETS as PRESETS,
+)
+from common import (
     add_common_args,
     apply_threads,
     environment,
@@ -49,27 +52,6 @@ from common import (
 NAME = "pool_memory"
 PROMPT = 4
 MIB = 2**20
-
-PRESETS: dict[str, dict[str, int]] = {
-    "tiny": dict(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=4096,
-    ),
-    "micro": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=512,
-    ),
-}
 
 
 def build_model(preset: str) -> torch.nn.Module:

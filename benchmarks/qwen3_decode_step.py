@@ -28,6 +28,9 @@ from typing import Any
 
 import torch
 from common import (
+    QWEN3_PRESETS as PRESETS,
+)
+from common import (
     add_common_args,
     apply_threads,
     aten_self_times,
@@ -47,26 +50,6 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, StaticCache
 
 NAME = "qwen3_decode_step"
 
-PRESETS: dict[str, dict[str, int]] = {
-    "tiny": dict(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=4096,
-    ),
-    "micro": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=512,
-    ),
-}
 
 VARIANTS = ("eager", "npugraph_ex", "replay-only")
 
