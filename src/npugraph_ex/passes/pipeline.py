@@ -10,6 +10,7 @@ from __future__ import annotations
 from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.manager import GraphPass
+from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 
 PIPELINE: tuple[GraphPass, ...] = (
     GraphPass(
@@ -23,4 +24,7 @@ PIPELINE: tuple[GraphPass, ...] = (
         enabled=lambda config: config.post_grad_custom_post_pass is not None,
     ),
     GraphPass("dead_code_elimination", eliminate_dead_code),
+    GraphPass(
+        "input_inplace_pass", reinplace_inputs, enabled=lambda config: config.input_inplace_pass
+    ),
 )

@@ -1,0 +1,78 @@
+"""What passes ask of a graph: node order, aliases of a value, fake values for new nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch._ops import OpOverload
+
+
+def fake_value(node: Any) -> Any:
+    if not isinstance(node, torch.fx.Node):
+        return node
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    """Whether the node's result aliases its first argument without writing it (a view op)."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def aliases_of(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """``node`` and every view taken of it, transitively."""
+    found, pending = {node}, [node]
+    while pending:
+        for user in pending.pop().users:
+            if user not in found and is_view(user) and user.args and user.args[0] in found:
+                found.add(user)
+                pending.append(user)
+    return found
+
+
+def readers_after(
+    aliases: set[torch.fx.Node], position: int, order: dict[torch.fx.Node, int]
+) -> list[torch.fx.Node]:
+    """Nodes after ``position`` that use any of ``aliases`` (views among them excluded)."""
+    return [
+        user
+        for alias in aliases
+        for user in alias.users
+        if user not in aliases and order[user] > position
+    ]
+
+
+def node_order(graph: torch.fx.Graph) -> dict[torch.fx.Node, int]:
+    return {node: index for index, node in enumerate(graph.nodes)}
+
+
+def with_fake_value(node: torch.fx.Node, compute: Callable[..., Any]) -> torch.fx.Node:
+    """Set ``node.meta["val"]`` to ``compute`` run on its arguments' fake values."""
+    args = torch.fx.node.map_arg(node.args, fake_value)
+    kwargs = torch.fx.node.map_arg(node.kwargs, fake_value)
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    mode = torch._guards.detect_fake_mode(tensors)
+    if mode is None:
+        return node
+    with mode:
+        node.meta["val"] = compute(*args, **kwargs)
+    return node
+
+
+def inplace_overload(op: OpOverload) -> OpOverload | None:
+    """The in-place overload of a functional ATen op (``index_copy`` -> ``index_copy_``)."""
+    packet = getattr(torch.ops.aten, op.overloadpacket.__name__ + "_", None)
+    candidate = getattr(packet, op._overloadname, None) if packet is not None else None
+    if candidate is None:
+        return None
+
+    def signature(o: OpOverload) -> list[tuple[str, str]]:
+        return [(a.name, str(a.type)) for a in o._schema.arguments]
+
+    return candidate if signature(candidate) == signature(op) else None
