@@ -1,8 +1,8 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on. The fusion, no-op, cat and re-inplacing passes slot in here as they are added, each behind
-the option of the same name.
+on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name; the
+fusion, cat and intermediate re-inplacing passes slot in here as they are added.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.manager import GraphPass
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
+from npugraph_ex.passes.remove_noop import remove_noop_ops
 
 PIPELINE: tuple[GraphPass, ...] = (
     GraphPass(
@@ -18,6 +19,7 @@ PIPELINE: tuple[GraphPass, ...] = (
         run_custom_pre_pass,
         enabled=lambda config: config.post_grad_custom_pre_pass is not None,
     ),
+    GraphPass("remove_noop_ops", remove_noop_ops, enabled=lambda config: config.remove_noop_ops),
     GraphPass(
         "post_grad_custom_post_pass",
         run_custom_post_pass,
