@@ -17,6 +17,7 @@ from npugraph_ex.capture.stats import reset_stats, stats  # noqa: E402
 from npugraph_ex.compiler import compile_fx  # noqa: E402
 from npugraph_ex.config import Config  # noqa: E402
 from npugraph_ex.dynamo_backend import npugraph_ex_backend  # noqa: E402
+from npugraph_ex.passes.patterns import register_replacement  # noqa: E402
 from npugraph_ex.registration import register_backends  # noqa: E402
 from npugraph_ex.runtime import graph_pool_handle  # noqa: E402
 from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend  # noqa: E402
@@ -36,6 +37,7 @@ __all__ = [
     "get_npu_backend",
     "graph_pool_handle",
     "npugraph_ex_backend",
+    "register_replacement",
     "reset_stats",
     "stats",
 ]

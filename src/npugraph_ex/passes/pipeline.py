@@ -1,14 +1,15 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name; the
-fusion, cat and intermediate re-inplacing passes slot in here as they are added.
+on and the re-inplacing of inputs. Each built-in optimisation runs behind the option of its name;
+the cat pass and the re-inplacing of intermediates slot in here as they are added.
 """
 
 from __future__ import annotations
 
 from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
+from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import GraphPass
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_noop import remove_noop_ops
@@ -20,6 +21,9 @@ PIPELINE: tuple[GraphPass, ...] = (
         enabled=lambda config: config.post_grad_custom_pre_pass is not None,
     ),
     GraphPass("remove_noop_ops", remove_noop_ops, enabled=lambda config: config.remove_noop_ops),
+    GraphPass(
+        "pattern_fusion_pass", fuse_patterns, enabled=lambda config: config.pattern_fusion_pass
+    ),
     GraphPass(
         "post_grad_custom_post_pass",
         run_custom_post_pass,

@@ -1,0 +1,24 @@
+"""Replace known op patterns by fused forms (``pattern_fusion_pass``).
+
+The patterns live in ``npugraph_ex.passes.patterns`` (built-in ones, and those users add with
+``npugraph_ex.register_replacement``); see there for what each replaces and its tolerance.
+
+    before: %k4 = repeat_kv(%k); %o = sdpa(%q, %k4, %v4)
+    after:  %o = sdpa(%q, %k, %v, enable_gqa)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch.fx
+
+from npugraph_ex.config import Config
+from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+
+
+def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
+    register_builtin_patterns()
+    if registry().apply(gm.graph):
+        gm.graph.eliminate_dead_code()

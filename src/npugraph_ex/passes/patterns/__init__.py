@@ -1,0 +1,79 @@
+"""The pattern registry behind ``pattern_fusion_pass`` and ``npugraph_ex.register_replacement``.
+
+Built on Inductor's pattern matcher: a pattern is an example function traced to ATen; a match is
+re-traced with the matched shapes and checked again before it is replaced, so sizes a pattern
+was traced with never stand in for other sizes. Patterns are traced as the backend's graphs are
+(``make_fx`` without decompositions: the ATen ops AOTAutograd's inference graphs hold).
+
+Built-in patterns are registered on first use, one module per pattern in this package, each
+stating its numeric tolerance against eager.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
+    """Trace ``fn`` to the ATen graph the backend's passes see (no decompositions).
+
+    Inductor's matcher also passes its own decomposition table; the backend applies none, so
+    patterns must not either.
+    """
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        gm = make_fx(fn, tracing_mode="real")(*args)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+@functools.cache
+def registry() -> Any:
+    """The one ``PatternMatcherPass`` every pattern (built-in or registered) goes to."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_pattern_fusion")
+
+
+def register_replacement(
+    search_fn: Callable[..., Any],
+    replace_fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    trace_fn: Callable[..., torch.fx.GraphModule] = trace_aten,
+    extra_check: Callable[[Any], bool] | None = None,
+    scalar_workaround: dict[str, float | int] | None = None,
+    skip_duplicates: bool = False,
+) -> bool:
+    """Replace every match of ``search_fn`` in compiled graphs by ``replace_fn``.
+
+    ``example_inputs`` are traced through both functions (tensors of any size: matches are
+    re-checked with their own shapes); ``extra_check(match)`` may refuse a match;
+    ``scalar_workaround`` names float/int arguments with an example value, so the pattern takes
+    them as arguments instead of constants; ``skip_duplicates=True`` makes registering the same
+    pattern twice a no-op instead of an error. Returns whether the pattern was added.
+    """
+    from torch._inductor import pattern_matcher
+
+    return pattern_matcher.register_replacement(
+        search_fn,
+        replace_fn,
+        list(example_inputs),
+        trace_fn,
+        registry(),
+        extra_check=extra_check or (lambda match: True),
+        scalar_workaround=scalar_workaround,
+        skip_duplicates=skip_duplicates,
+    )
+
+
+@functools.cache
+def register_builtin_patterns() -> None:
+    from npugraph_ex.passes.patterns import gqa_attention
+
+    gqa_attention.register()

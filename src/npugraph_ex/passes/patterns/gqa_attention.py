@@ -1,0 +1,60 @@
+"""Grouped-query attention without copying K and V for every query head.
+
+Hugging Face models repeat each key/value head for the query heads that share it (``repeat_kv``:
+unsqueeze, expand, a contiguous copy, reshape) before ``scaled_dot_product_attention``. The fused
+attention kernels read shared heads directly (``enable_gqa=True``):
+
+    before: %k4 = _unsafe_view(clone(expand(unsqueeze(%k, 2)))); (same for %v)
+            %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k4, %v4, attn_mask=%m, scale=s)
+    after:  %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k, %v, attn_mask=%m, scale=s)
+
+Two copies of the KV cache per layer and step disappear. Tolerance: bit-identical on CPU (the same
+kernel reads the same values in the same order).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SCALE = 0.125
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    batch, heads, length, dim = x.shape
+    expanded = x[:, :, None, :, :].expand(batch, heads, n_rep, length, dim)
+    return expanded.reshape(batch, heads * n_rep, length, dim)
+
+
+def masked_search(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    n_rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(
+        q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask, scale=scale
+    )
+
+
+def masked_replace(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def causal_search(q, k, v, scale):  # noqa: ANN001, ANN201
+    n_rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(
+        q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), is_causal=True, scale=scale
+    )
+
+
+def causal_replace(q, k, v, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+
+
+def register() -> None:
+    from npugraph_ex.passes.patterns import register_replacement
+
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+    mask = torch.zeros(1, 1, 3, 5)
+    for search, replace, inputs in (
+        (masked_search, masked_replace, [q, k, k.clone(), mask]),
+        (causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]),
+    ):
+        register_replacement(search, replace, [*inputs, SCALE], scalar_workaround={"scale": SCALE})

@@ -1,0 +1,89 @@
+"""pattern_fusion_pass and the public register_replacement."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npugraph_ex
+from npugraph_ex.config import Config
+from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.passes.manager import PassManager
+from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.passes.pipeline import PIPELINE
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def scratch_registry():
+    """Patterns registered by a test are gone after it."""
+    register_builtin_patterns()
+    saved = {key: list(entries) for key, entries in registry().patterns.items()}
+    seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
+    yield
+    registry().patterns.clear()
+    registry().patterns.update(saved)
+    registry().seen_patterns.clear()
+    registry().seen_patterns.update(seen)
+
+
+def sinh_plus_cosh(x: torch.Tensor) -> torch.Tensor:
+    return torch.sinh(x) + torch.cosh(x)
+
+
+def exp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x)
+
+
+def model(x: torch.Tensor) -> torch.Tensor:
+    return sinh_plus_cosh(x * 3).relu()
+
+
+def test_a_registered_user_pattern_is_applied(traced) -> None:
+    assert npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4)])
+    graph = traced(model, torch.randn(2, 3))
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    counts = graph.op_counts()
+    assert counts["aten.exp.default"] == 1
+    assert "aten.sinh.default" not in counts and "aten.cosh.default" not in counts
+
+
+@torch.no_grad()
+def test_a_registered_pattern_changes_what_is_captured() -> None:
+    npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4)])
+    compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True)
+    x = torch.randn(5, 2)
+    # exp(3x) is what sinh + cosh compute, without their cancellation error for negative x.
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    (graph,) = npugraph_ex.stats()["graphs"][-1:]
+    (key,) = graph["keys"].values()
+    assert key["kernels"] == 3  # mul, exp, relu
+
+
+def test_registering_a_pattern_twice_with_skip_duplicates_is_a_no_op() -> None:
+    assert npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4)])
+    assert not npugraph_ex.register_replacement(
+        sinh_plus_cosh, exp, [torch.randn(4)], skip_duplicates=True
+    )
+
+
+def test_a_failing_extra_check_keeps_the_graph(traced) -> None:
+    seen = []
+
+    def refuse(match) -> bool:
+        seen.append(match)
+        return False
+
+    npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4)], extra_check=refuse)
+    graph = traced(model, torch.randn(2, 3))
+    before = graph.op_counts()
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert seen and graph.op_counts() == before
+
+
+def test_the_option_turns_the_pass_off(traced) -> None:
+    npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4)])
+    graph = traced(model, torch.randn(2, 3))
+    gm = PassManager(PIPELINE, Config(pattern_fusion_pass=False))(graph.gm, graph.inputs)
+    assert sum(1 for n in gm.graph.nodes if n.target is aten.sinh.default) == 1

@@ -1,0 +1,81 @@
+"""The built-in grouped-query attention pattern: repeated K/V heads read in place by the kernel."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from npugraph_ex.config import Config
+from npugraph_ex.passes.fuse_patterns import fuse_patterns
+
+aten = torch.ops.aten
+FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """As Hugging Face models write it."""
+    batch, heads, length, dim = x.shape
+    x = x[:, :, None, :, :].expand(batch, heads, n_rep, length, dim)
+    return x.reshape(batch, heads * n_rep, length, dim)
+
+
+def masked_attention(q, k, v, mask):
+    n_rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(
+        q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask, scale=0.3
+    )
+
+
+def causal_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4), is_causal=True)
+
+
+def tiled_heads(q, k, v, mask):
+    # k.repeat tiles heads (0, 1, 0, 1, ...), not (0, 0, 0, 0, 1, ...): grouping would differ.
+    return F.scaled_dot_product_attention(
+        q, k.repeat(1, 4, 1, 1), v.repeat(1, 4, 1, 1), attn_mask=mask, scale=0.3
+    )
+
+
+def masked_inputs():
+    return (
+        torch.randn(2, 8, 3, 16),
+        torch.randn(2, 2, 7, 16),
+        torch.randn(2, 2, 7, 16),
+        torch.randn(2, 1, 3, 7),
+    )
+
+
+def test_repeated_heads_are_read_in_place(traced) -> None:
+    graph = traced(masked_attention, *masked_inputs())
+    assert graph.count(aten.clone.default) == 2 and graph.count(FLASH) == 1
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert graph.count(aten.clone.default) == 0 and graph.count(aten.expand.default) == 0
+    assert graph.count(FLASH) == 1
+    (flash,) = [n for n in graph.gm.graph.nodes if n.target is FLASH]
+    assert flash.kwargs["scale"] == 0.3
+    assert [fake.shape[1] for fake in (a.meta["val"] for a in flash.args[1:3])] == [2, 2]
+
+
+def test_the_causal_form_is_fused_too(traced) -> None:
+    q, k, v = torch.randn(1, 8, 5, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    graph = traced(causal_attention, q, k, v)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.count(aten.clone.default) == 0 and graph.count(FLASH) == 1
+
+
+def test_tiled_heads_are_not_mistaken_for_grouped_ones(traced) -> None:
+    graph = traced(tiled_heads, *masked_inputs())
+    before = graph.op_counts()
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.op_counts() == before
+
+
+@torch.no_grad()
+def test_replays_are_bit_identical_to_eager() -> None:
+    for fn, inputs in ((masked_attention, masked_inputs()), (tiled_heads, masked_inputs())):
+        compiled = torch.compile(fn, backend="npugraph_ex", fullgraph=True)
+        for _ in range(2):
+            fresh = [torch.randn_like(t) for t in inputs]
+            assert torch.equal(compiled(*fresh), fn(*fresh))
