@@ -1,8 +1,8 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on and the re-inplacing of inputs. Each built-in optimisation runs behind the option of its name;
-the cat pass and the re-inplacing of intermediates slot in here as they are added.
+on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name;
+the cat pass slots in here when it is added.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import GraphPass
+from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_noop import remove_noop_ops
 
@@ -30,6 +31,7 @@ PIPELINE: tuple[GraphPass, ...] = (
         enabled=lambda config: config.post_grad_custom_post_pass is not None,
     ),
     GraphPass("dead_code_elimination", eliminate_dead_code),
+    GraphPass("inplace_pass", reinplace, enabled=lambda config: config.inplace_pass),
     GraphPass(
         "input_inplace_pass", reinplace_inputs, enabled=lambda config: config.input_inplace_pass
     ),
