@@ -53,6 +53,14 @@ NAME = "qwen3_decode_step"
 
 VARIANTS = ("eager", "npugraph_ex", "replay-only")
 
+NO_PASSES = {
+    "remove_noop_ops": False,
+    "pattern_fusion_pass": False,
+    "inplace_pass": False,
+    "input_inplace_pass": False,
+}
+"""Every optimisation pass off: the graph AOTAutograd produced, captured as it is."""
+
 
 @dataclass
 class Bench:
@@ -64,6 +72,7 @@ class Bench:
     max_cache_len: int
     step: Callable[..., torch.Tensor] = field(init=False)
     compiled: Callable[..., torch.Tensor] = field(init=False)
+    unoptimised: Callable[..., torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
         model = self.model
@@ -73,8 +82,15 @@ class Bench:
                 input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True
             ).logits
 
+        def same_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+            # Its own code object: Dynamo keeps its guards apart from ``step``'s.
+            return step(ids, pos, cache)
+
         self.step = step
         self.compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
+        self.unoptimised = torch.compile(
+            same_step, backend="npugraph_ex", fullgraph=True, options=NO_PASSES
+        )
 
     def new_cache(self) -> StaticCache:
         """A static cache, initialised up front as a prefill would, so the step has one graph."""
@@ -213,11 +229,18 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     first_call_s = time.perf_counter() - start
     numerics = check_numerics(bench, compiled_cache, args.check_steps)
     manager, graph = captured_graph(before)
+    before_unoptimised = live_graph_numbers()
+    unoptimised_cache = bench.new_cache()
+    bench.unoptimised(torch.tensor([[1]]), torch.tensor([0]), unoptimised_cache)
+    _, unoptimised_graph = captured_graph(before_unoptimised)
     blocks = {
         "eager": step_block(bench.step, eager_cache, args.steps),
         "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
         "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
         "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
+        "replay-only, no passes": bare_block(
+            unoptimised_graph.replay, unoptimised_cache, args.steps
+        ),
     }
     times = interleaved(blocks, args.repeats, warmup=args.warmup)
     advanced = int(compiled_cache.layers[0].cumulative_length)
@@ -237,6 +260,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
         "replay_advances_cache": advanced == args.steps,
         "stats": manager.stats.summary(),
         "kernels_per_replay": kernels_per_replay(manager.stats.summary(), graph),
+        "kernels_per_replay_no_passes": unoptimised_graph.kernel_count,
         "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
         "median_ms": {name: round(median(ts) * 1e3, 4) for name, ts in times.items()},
         "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
@@ -272,6 +296,8 @@ TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
         r["median_ms"]["capture manager"] - r["median_ms"]["replay-only"]
     ),
     "kernels/replay": lambda r: r["kernels_per_replay"],
+    "no passes: kernels": lambda r: r["kernels_per_replay_no_passes"],
+    "no passes: replay ms": lambda r: r["median_ms"]["replay-only, no passes"],
     "captures": lambda r: r["stats"]["captures"],
     "replays": lambda r: r["stats"]["replays"],
     "spread": lambda r: f"{max(r['spread'].values()) * 100:.0f}%",
@@ -300,6 +326,7 @@ around the graph cost nothing; guards+wrappers = npugraph_ex - replay-only, of w
 manager (called directly: key lookup, address checks, input copies) costs capture manager - replay.
 kernel share, matmul share = the part of a replay's time (under torch.profiler) spent in ATen ops
 (self CPU time), and in matrix products (mm, addmm, bmm).
+no passes = the same step captured with every optimisation pass off (its bare replay).
 spread = (max - min) / median of the noisiest variant's repeats.
 "Dynamo alone" is torch.compile(step, backend="eager"): tracing without npugraph_ex."""
 

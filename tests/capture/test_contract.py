@@ -26,7 +26,9 @@ def compiled(fn, **options):
 
 
 def mixed_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    h = torch.nn.functional.layer_norm(x @ w + b, (w.shape[1],))
+    # No fusion pattern matches here, so the contract is bit-identical results (F.linear with a
+    # bias is addmm both in eager and in the graph; ``x @ w + b`` would be fused into one).
+    h = torch.nn.functional.layer_norm(torch.nn.functional.linear(x, w.t(), b), (w.shape[1],))
     return torch.softmax(h, dim=-1) * torch.sigmoid(h).sum(-1, keepdim=True) - h.mean()
 
 

@@ -50,9 +50,7 @@ def owns_fresh_memory(node: torch.fx.Node) -> bool:
     return schema.returns[0].alias_info is None and not schema.is_mutable
 
 
-def dead_after(
-    value: torch.fx.Node, op: torch.fx.Node, order: dict[torch.fx.Node, int]
-) -> bool:
+def dead_after(value: torch.fx.Node, op: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
     aliases = aliases_of(value)
     if any(user.op == "output" for alias in aliases for user in alias.users):
         return False

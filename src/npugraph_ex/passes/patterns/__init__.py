@@ -60,7 +60,7 @@ def register_replacement(
     """
     from torch._inductor import pattern_matcher
 
-    return pattern_matcher.register_replacement(
+    added = pattern_matcher.register_replacement(
         search_fn,
         replace_fn,
         list(example_inputs),
@@ -70,10 +70,12 @@ def register_replacement(
         scalar_workaround=scalar_workaround,
         skip_duplicates=skip_duplicates,
     )
+    return bool(added)
 
 
 @functools.cache
 def register_builtin_patterns() -> None:
-    from npugraph_ex.passes.patterns import gqa_attention
+    from npugraph_ex.passes.patterns import gqa_attention, mm_bias
 
     gqa_attention.register()
+    mm_bias.register()
