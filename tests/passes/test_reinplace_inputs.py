@@ -132,3 +132,50 @@ def test_turning_the_option_off_keeps_the_copy_back() -> None:
         (key,) = graph["keys"].values()
         kernels[enabled] = key["kernels"]
     assert kernels[False] - kernels[True] == 1  # the copy back
+
+
+@torch.library.custom_op("npugraph_ex_tests::scale_", mutates_args=("x",))
+def scale_(x: torch.Tensor, factor: float) -> None:
+    x.mul_(factor)
+
+
+@scale_.register_fake
+def scale_fake(x: torch.Tensor, factor: float) -> None:
+    return None
+
+
+def custom_op_write(buf: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    scale_(buf, 2.0)
+    return buf + y
+
+
+def custom_op_write_old_value_read(buf: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    old = buf * 1.5  # read before the write: the op may still run in place
+    scale_(buf, 2.0)
+    return buf + y + old
+
+
+@pytest.mark.parametrize("fn", [custom_op_write, custom_op_write_old_value_read])
+def test_a_mutating_custom_op_runs_in_place_on_the_input(traced, fn) -> None:
+    graph = traced(fn, torch.ones(4), torch.ones(4))
+    counts = graph.op_counts()
+    assert counts["auto_functionalized_v2"] == 1 and counts["aten.copy_.default"] == 1
+    reinplace_inputs(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    counts = graph.op_counts()
+    assert counts["npugraph_ex_tests.scale_.default"] == 1
+    assert counts["auto_functionalized_v2"] == 0
+    assert counts["aten.copy_.default"] == 0 and counts["aten.clone.default"] == 0
+
+
+@pytest.mark.parametrize("fn", [custom_op_write, custom_op_write_old_value_read])
+@torch.no_grad()
+def test_a_mutating_custom_op_replays_like_eager(fn) -> None:
+    compiled = torch.compile(fn, backend="npugraph_ex", fullgraph=True)
+    mine, theirs = torch.randn(4), None
+    theirs = mine.clone()
+    for _ in range(3):
+        y = torch.randn(4)
+        assert torch.equal(compiled(mine, y), fn(theirs, y))
+        assert torch.equal(mine, theirs)
+    assert npugraph_ex.stats()["totals"]["replays"] == 2

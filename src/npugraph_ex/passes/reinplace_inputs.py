@@ -16,6 +16,9 @@ Scatters without an in-place form become a view of the input and a ``copy_`` int
 It applies only where the result is the same: the op's first argument is the input itself, the
 result has the input's sizes, strides and dtype, no other argument of the op aliases the input, and
 nothing reads the input (or a view of it) after the op except through the op's result.
+
+Custom ops that mutate an input (``auto_functionalized`` in the graph) are called in place again
+by ``reinplace_custom_ops``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from npugraph_ex.passes.graph_facts import (
     readers_after,
     with_fake_value,
 )
+from npugraph_ex.passes.reinplace_custom_ops import reinplace_custom_ops
 
 aten = torch.ops.aten
 
@@ -123,3 +127,4 @@ def reinplace_inputs(
             continue
         graph.erase_node(node)
         rewrite_in_place(graph, graph_input, op)
+    reinplace_custom_ops(graph)
