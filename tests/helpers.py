@@ -28,3 +28,10 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> No
         assert torch.equal(actual, expected)
     else:
         torch.testing.assert_close(actual, expected)
+
+
+def assert_trees_equal(actual: Any, expected: Any) -> None:
+    """Every tensor of two output structures bit-identical, in order."""
+    leaves = torch.utils._pytree.tree_leaves
+    for a, b in zip(leaves(actual), leaves(expected), strict=True):
+        assert torch.equal(a, b)

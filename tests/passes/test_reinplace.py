@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import assert_trees_equal
 from npugraph_ex.config import Config
 from npugraph_ex.passes.reinplace import reinplace
 
@@ -89,9 +90,4 @@ def test_results_match_eager(fn) -> None:
     for _ in range(2):
         inputs = INPUTS[fn]()
         got, expected = compiled(*inputs), fn(*inputs)
-        for a, b in zip(
-            torch.utils._pytree.tree_leaves(got),
-            torch.utils._pytree.tree_leaves(expected),
-            strict=True,
-        ):
-            assert torch.equal(a, b)
+        assert_trees_equal(got, expected)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import assert_trees_equal
 from npugraph_ex.config import Config
 from npugraph_ex.passes.remove_noop import remove_noop_ops
 
@@ -87,12 +88,7 @@ def test_results_are_those_of_eager_with_the_pass_on_and_off(fn) -> None:
         for _ in range(2):
             mine, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]
             got, expected = compiled(*mine), fn(*theirs)
-            for a, b in zip(
-                torch.utils._pytree.tree_leaves(got),
-                torch.utils._pytree.tree_leaves(expected),
-                strict=True,
-            ):
-                assert torch.equal(a, b)
+            assert_trees_equal(got, expected)
             for a, b in zip(mine, theirs, strict=True):
                 assert torch.equal(a, b)
         if fn is graph_output_clone:

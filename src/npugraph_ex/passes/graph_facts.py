@@ -16,6 +16,18 @@ def fake_value(node: Any) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+def same_layout(a: Any, b: Any) -> bool:
+    """Whether two fake values are tensors of the same sizes, strides, dtype and device."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.device == b.device
+    )
+
+
 def is_view(node: torch.fx.Node) -> bool:
     """Whether the node's result aliases its first argument without writing it (a view op)."""
     schema = getattr(node.target, "_schema", None)
@@ -76,3 +88,14 @@ def inplace_overload(op: OpOverload) -> OpOverload | None:
         return [(a.name, str(a.type)) for a in o._schema.arguments]
 
     return candidate if signature(candidate) == signature(op) else None
+
+
+def write_in_place(graph: torch.fx.Graph, op: torch.fx.Node) -> torch.fx.Node:
+    """Replace functional ``op`` by its in-place overload on its first argument; the new node."""
+    with graph.inserting_before(op):
+        written = graph.call_function(inplace_overload(op.target), op.args, op.kwargs)
+    written.meta = dict(op.meta)
+    written.meta["val"] = fake_value(op.args[0])
+    op.replace_all_uses_with(written)
+    graph.erase_node(op)
+    return written

@@ -27,8 +27,9 @@ from npugraph_ex.passes.graph_facts import (
     inplace_overload,
     node_order,
     readers_after,
+    same_layout,
+    write_in_place,
 )
-from npugraph_ex.passes.reinplace_inputs import same_layout
 
 
 def writes_first_argument(node: torch.fx.Node) -> bool:
@@ -73,10 +74,5 @@ def reinplace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: C
             continue
         if not same_layout(fake_value(op), fake_value(value)) or not dead_after(value, op, order):
             continue
-        with graph.inserting_before(op):
-            written = graph.call_function(target, op.args, op.kwargs)
-        written.meta = dict(op.meta)
-        written.meta["val"] = fake_value(value)
-        op.replace_all_uses_with(written)
-        graph.erase_node(op)
-        order[written] = order.pop(op)
+        position = order.pop(op)
+        order[write_in_place(graph, op)] = position

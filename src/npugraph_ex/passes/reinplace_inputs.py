@@ -36,7 +36,9 @@ from npugraph_ex.passes.graph_facts import (
     inplace_overload,
     node_order,
     readers_after,
+    same_layout,
     with_fake_value,
+    write_in_place,
 )
 from npugraph_ex.passes.reinplace_custom_ops import reinplace_custom_ops
 
@@ -47,16 +49,6 @@ SCATTERS_INTO_VIEW = {
     aten.select_scatter.default: (aten.select.int, ("dim", "index")),
 }
 """Scatters written as a view of the destination (with the scatter's arguments) and a copy."""
-
-
-def same_layout(a: Any, b: Any) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-    )
 
 
 def write_back_of(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
@@ -105,13 +97,9 @@ def rewrite_in_place(graph: torch.fx.Graph, graph_input: torch.fx.Node, op: torc
             copy = graph.call_function(aten.copy_.default, (view, bound["src"]))
             copy.meta["val"] = fake_value(view)
         op.replace_all_uses_with(graph_input)
+        graph.erase_node(op)
     else:
-        with graph.inserting_before(op):
-            written = graph.call_function(inplace_overload(op.target), op.args, op.kwargs)
-        written.meta = dict(op.meta)
-        written.meta["val"] = fake_value(graph_input)
-        op.replace_all_uses_with(written)
-    graph.erase_node(op)
+        write_in_place(graph, op)
 
 
 def reinplace_inputs(

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.config import Config
-from npugraph_ex.passes.graph_facts import aliases_of, fake_value, is_view
+from npugraph_ex.passes.graph_facts import aliases_of, fake_value, is_view, same_layout
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -109,18 +109,6 @@ def source_of(node: torch.fx.Node) -> torch.fx.Node | None:
     return source if isinstance(source, torch.fx.Node) else None
 
 
-def unchanged(node: torch.fx.Node, source: torch.fx.Node) -> bool:
-    out, inp = fake_value(node), fake_value(source)
-    return (
-        isinstance(out, torch.Tensor)
-        and isinstance(inp, torch.Tensor)
-        and out.shape == inp.shape
-        and out.stride() == inp.stride()
-        and out.dtype == inp.dtype
-        and out.device == inp.device
-    )
-
-
 def root_of(node: torch.fx.Node) -> torch.fx.Node:
     while is_view(node) and isinstance(node.args[0], torch.fx.Node):
         node = node.args[0]
@@ -152,7 +140,7 @@ def removable(node: torch.fx.Node) -> torch.fx.Node | None:
     source = source_of(node) if node.op == "call_function" else None
     if check is None or source is None or is_output(node):
         return None
-    if not unchanged(node, source) or not check(node):
+    if not same_layout(fake_value(node), fake_value(source)) or not check(node):
         return None
     if node.target in COPIES and (is_written(root_of(source)) or is_written(node)):
         return None
