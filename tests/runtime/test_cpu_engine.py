@@ -9,7 +9,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu_steps import out_variant
+from npugraph_ex.schemas import out_variant
 
 aten = torch.ops.aten
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._ops import OpOverload
+
+from npugraph_ex.schemas import inplace_overload
 
 
 def fake_value(node: Any) -> Any:
@@ -75,19 +76,6 @@ def with_fake_value(node: torch.fx.Node, compute: Callable[..., Any]) -> torch.f
     with mode:
         node.meta["val"] = compute(*args, **kwargs)
     return node
-
-
-def inplace_overload(op: OpOverload) -> OpOverload | None:
-    """The in-place overload of a functional ATen op (``index_copy`` -> ``index_copy_``)."""
-    packet = getattr(torch.ops.aten, op.overloadpacket.__name__ + "_", None)
-    candidate = getattr(packet, op._overloadname, None) if packet is not None else None
-    if candidate is None:
-        return None
-
-    def signature(o: OpOverload) -> list[tuple[str, str]]:
-        return [(a.name, str(a.type)) for a in o._schema.arguments]
-
-    return candidate if signature(candidate) == signature(op) else None
 
 
 def write_in_place(graph: torch.fx.Graph, op: torch.fx.Node) -> torch.fx.Node:

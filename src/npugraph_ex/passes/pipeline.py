@@ -1,8 +1,7 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name;
-the cat pass slots in here when it is added.
+on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import GraphPass
 from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
+from npugraph_ex.passes.remove_cat import remove_cat_ops
 from npugraph_ex.passes.remove_noop import remove_noop_ops
 
 PIPELINE: tuple[GraphPass, ...] = (
@@ -30,6 +30,7 @@ PIPELINE: tuple[GraphPass, ...] = (
         run_custom_post_pass,
         enabled=lambda config: config.post_grad_custom_post_pass is not None,
     ),
+    GraphPass("remove_cat_ops", remove_cat_ops, enabled=lambda config: config.remove_cat_ops),
     GraphPass("dead_code_elimination", eliminate_dead_code),
     GraphPass("inplace_pass", reinplace, enabled=lambda config: config.inplace_pass),
     GraphPass(

@@ -24,12 +24,12 @@ from npugraph_ex.config import Config
 from npugraph_ex.passes.graph_facts import (
     aliases_of,
     fake_value,
-    inplace_overload,
     node_order,
     readers_after,
     same_layout,
     write_in_place,
 )
+from npugraph_ex.schemas import inplace_overload
 
 
 def writes_first_argument(node: torch.fx.Node) -> bool:

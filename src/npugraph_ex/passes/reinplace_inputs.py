@@ -33,7 +33,6 @@ from npugraph_ex.config import Config
 from npugraph_ex.passes.graph_facts import (
     aliases_of,
     fake_value,
-    inplace_overload,
     node_order,
     readers_after,
     same_layout,
@@ -41,6 +40,7 @@ from npugraph_ex.passes.graph_facts import (
     write_in_place,
 )
 from npugraph_ex.passes.reinplace_custom_ops import reinplace_custom_ops
+from npugraph_ex.schemas import inplace_overload
 
 aten = torch.ops.aten
 

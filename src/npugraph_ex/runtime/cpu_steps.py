@@ -21,7 +21,6 @@ Rules, per kernel:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,10 +29,9 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
+from npugraph_ex.schemas import TENSOR_OPTION_ARGS, out_variant
 
 aten = torch.ops.aten
-
-TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
 
 UNINITIALISED_FACTORIES = frozenset(
     {
@@ -64,44 +62,6 @@ Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 PlannedStep = tuple[str, Step]
 """A step and its kind: ``"inplace"`` (re-issued as recorded), ``"out"`` or ``"copy"``."""
-
-
-def signature_of(op: OpOverload, *, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
-    """The (name, type) pairs of an op's non-out arguments, minus ``drop``."""
-    return [
-        (arg.name, str(arg.type))
-        for arg in op._schema.arguments
-        if not arg.is_out and arg.name not in drop
-    ]
-
-
-@functools.cache
-def out_variant(
-    op: OpOverload, numbers: frozenset[str] = frozenset()
-) -> tuple[OpOverload, tuple[str, ...]] | None:
-    """The ``out=`` overload computing the same thing as functional ``op``, and its out names.
-
-    Matched by schema: the same non-out arguments, ignoring the tensor options of factories, and
-    one out argument per return. Where the call passes Python numbers (``numbers``) for Tensor
-    arguments, an overload taking them as Scalars is preferred: the Tensor one would allocate a
-    wrapped scalar on every replay.
-    """
-    wanted = signature_of(op, drop=TENSOR_OPTION_ARGS)
-    scalar_form = [
-        (name, "number") if name in numbers and kind == "Tensor" else (name, kind)
-        for name, kind in wanted
-    ]
-    found = {}
-    packet = op.overloadpacket
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        out_names = tuple(arg.name for arg in candidate._schema.arguments if arg.is_out)
-        if len(out_names) != len(op._schema.returns) or not out_names:
-            continue
-        signature = signature_of(candidate, drop=TENSOR_OPTION_ARGS)
-        if signature in (wanted, scalar_form):
-            found[signature == scalar_form] = (candidate, out_names)
-    return found.get(True, found.get(False))
 
 
 def numbers_for_tensors(op: OpOverload, args: tuple, kwargs: dict) -> frozenset[str]:
