@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.schemas import inplace_overload
 
@@ -17,15 +18,25 @@ def fake_value(node: Any) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+def known_equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two size or stride lists are equal for every value of their symbols.
+
+    Never adds a guard: a pass runs after Dynamo has installed its guards.
+    """
+    if len(a) != len(b):
+        return False
+    return all(statically_known_true(x == y) for x, y in zip(a, b, strict=True))
+
+
 def same_layout(a: Any, b: Any) -> bool:
     """Whether two fake values are tensors of the same sizes, strides, dtype and device."""
     return (
         isinstance(a, torch.Tensor)
         and isinstance(b, torch.Tensor)
-        and a.shape == b.shape
-        and a.stride() == b.stride()
         and a.dtype == b.dtype
         and a.device == b.device
+        and known_equal(a.shape, b.shape)
+        and known_equal(a.stride(), b.stride())
     )
 
 

@@ -19,18 +19,33 @@ import torch
 
 
 def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
-    """Trace ``fn`` to the ATen graph the backend's passes see (no decompositions).
+    """Trace ``fn`` to the ATen graph ``pattern_fusion_pass`` sees (no decompositions, and the
+    no-ops ``remove_noop_ops`` removes before it gone: a same-dtype cast is not in the graph).
 
     Inductor's matcher also passes its own decomposition table; the backend applies none, so
     patterns must not either.
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from npugraph_ex.config import Config
+    from npugraph_ex.passes.remove_noop import remove_noop_ops
+
     with torch.no_grad():
         gm = make_fx(fn, tracing_mode="real")(*args)
+    remove_noop_ops(gm, args, Config())
+    canonical_views(gm.graph)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+def canonical_views(graph: torch.fx.Graph) -> None:
+    """``_unsafe_view`` becomes ``view``: tracers differ in which one a reshape of a fresh tensor
+    gives (``make_fx`` one, AOTAutograd's functionalisation the other), and both alias the same
+    memory, so patterns and graphs are compared in one spelling."""
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten._unsafe_view.default:
+            node.target = torch.ops.aten.view.default
 
 
 @functools.cache
@@ -75,7 +90,8 @@ def register_replacement(
 
 @functools.cache
 def register_builtin_patterns() -> None:
-    from npugraph_ex.passes.patterns import gqa_attention, mm_bias
+    from npugraph_ex.passes.patterns import eager_attention, gqa_attention, mm_bias
 
+    eager_attention.register()
     gqa_attention.register()
     mm_bias.register()

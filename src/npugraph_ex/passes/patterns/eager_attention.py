@@ -1,0 +1,68 @@
+"""Attention written out, as Hugging Face's ``eager`` implementation does, as one fused kernel.
+
+    before: %k4, %v4 = repeat_kv(%k), repeat_kv(%v)
+            %w = softmax(matmul(%q, %k4.transpose(2, 3)) * s + %mask, -1, float32).to(%q.dtype)
+            %o = matmul(%w, %v4)
+    after:  %o = scaled_dot_product_attention(%q, %k, %v, attn_mask=%mask, scale=s, enable_gqa)
+
+The scores never exist as a tensor and K/V are not copied per query head. Matched with and
+without the additive mask, with and without repeated heads (``num_key_value_groups`` of 1).
+Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
+float32 values, measured against eager in the tests); dropout must be off (``training=False``),
+which is how the graph reaches this pass in inference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from npugraph_ex.passes.patterns.gqa_attention import SCALE, repeat_kv
+
+
+def weights(q, k, scale, mask=None):  # noqa: ANN001, ANN201
+    scores = torch.matmul(q, k.transpose(2, 3)) * scale
+    if mask is not None:
+        scores = scores + mask
+    return F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+
+
+def grouped_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    n_rep = q.shape[1] // k.shape[1]
+    return torch.matmul(weights(q, repeat_kv(k, n_rep), scale, mask), repeat_kv(v, n_rep))
+
+
+def grouped(q, k, v, scale):  # noqa: ANN001, ANN201
+    n_rep = q.shape[1] // k.shape[1]
+    return torch.matmul(weights(q, repeat_kv(k, n_rep), scale), repeat_kv(v, n_rep))
+
+
+def plain_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    return torch.matmul(weights(q, k, scale, mask), v)
+
+
+def plain(q, k, v, scale):  # noqa: ANN001, ANN201
+    return torch.matmul(weights(q, k, scale), v)
+
+
+def fused_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def fused(q, k, v, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+
+
+def register() -> None:
+    from npugraph_ex.passes.patterns import register_replacement
+
+    q, grouped_k, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 4, 5, 8)
+    mask = torch.randn(1, 1, 3, 5)
+    for search, replace, kv in (
+        (grouped_masked, fused_masked, grouped_k),
+        (grouped, fused, grouped_k),
+        (plain_masked, fused_masked, k),
+        (plain, fused, k),
+    ):
+        inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
+        register_replacement(search, replace, [*inputs, SCALE], scalar_workaround={"scale": SCALE})
