@@ -92,7 +92,7 @@ def test_capture_under_inference_mode_replays_outside_it() -> None:
     x = torch.randn(16, 16)
     with torch.inference_mode():
         graph = capture(chain, x)
-    other = capture(chain, torch.randn(8, 16), pool=graph.pool)  # moves the first's slot
+    other = capture(chain, torch.randn(8, 16), pool=graph.placed.pool)  # takes the first's slot
     other.replay()
     x.copy_(torch.randn(16, 16))
     with torch.no_grad():

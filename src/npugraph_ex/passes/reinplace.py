@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._ops import OpOverload
 
 from npugraph_ex.config import Config
 from npugraph_ex.passes.graph_facts import (
@@ -68,9 +69,10 @@ def reinplace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: C
     for op in list(graph.nodes):
         if op.op != "call_function" or not op.args or not isinstance(op.args[0], torch.fx.Node):
             continue
-        target = getattr(op.target, "overloadpacket", None) and inplace_overload(op.target)
         value = op.args[0]
-        if target is None or not owns_fresh_memory(value):
+        if not isinstance(op.target, OpOverload) or inplace_overload(op.target) is None:
+            continue
+        if not owns_fresh_memory(value):
             continue
         if not same_layout(fake_value(op), fake_value(value)) or not dead_after(value, op, order):
             continue

@@ -66,7 +66,6 @@ class CpuGraph(CapturedGraph):
         self.outputs = outputs
         movable = storages_of(recorder.produced) - storages_of(inputs)
         plan = plan_memory([tensors_in((a, k)) for _, a, k in self.steps], outputs, movable)
-        self.pool = pool
         self.placed = pool.place(plan) if pool is not None else None
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
