@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -146,3 +148,27 @@ def test_clone_output_returns_private_copies_from_a_shared_pool(device: str) -> 
     third = fn(torch.randn(4, 16, device=device), w)
     assert_same(first, expand(x, w), device)
     assert third.data_ptr() not in (first.data_ptr(), second.data_ptr())
+
+
+@torch.no_grad()
+def test_two_threads_replaying_keys_of_one_pool_get_their_own_results() -> None:
+    w = torch.randn(16, 32)
+    fn = compiled(expand)
+    for rows in (4, 64):  # both keys captured up front, in one pool
+        fn(torch.randn(rows, 16), w)
+    failures = []
+
+    def run(rows: int) -> None:
+        with torch.no_grad():
+            for _ in range(40):
+                x = torch.randn(rows, 16)
+                if not torch.equal(fn(x, w), expand(x, w)):
+                    failures.append(rows)
+
+    threads = [threading.Thread(target=run, args=(rows,)) for rows in (4, 64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert totals()["replays"] == 80
