@@ -94,3 +94,23 @@ def test_a_qwen3_with_eager_attention_runs_fused_within_tolerance(tiny_qwen3_con
         kernels[fused] = next(iter(graphs_called()[-1]["keys"].values()))["kernels"]
     # Per layer: two bmm, softmax, scale, mask add and two repeat_kv copies become one kernel.
     assert kernels[False] - kernels[True] == 2 * 6
+
+
+@torch.no_grad()
+def test_a_growing_sequence_with_dynamic_shapes_decodes_the_same_tokens(tiny_qwen3_config) -> None:
+    # With dynamic shapes the graph scales the scores by a 0-d tensor, which the fused kernel
+    # cannot take as its scale: the pattern must refuse that match, not fail the compile.
+    model = tiny_qwen3_config(attn_implementation="eager")
+    step = torch.compile(
+        lambda ids: model(input_ids=ids, use_cache=False).logits,
+        backend="npugraph_ex",
+        fullgraph=True,
+        dynamic=True,
+    )
+    ids = eager_ids = torch.randint(0, model.config.vocab_size, (1, 4))
+    for _ in range(4):
+        logits, expected = step(ids), model(input_ids=eager_ids, use_cache=False).logits
+        torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
+        ids = torch.cat([ids, logits[:, -1:].argmax(-1)], 1)
+        eager_ids = torch.cat([eager_ids, expected[:, -1:].argmax(-1)], 1)
+    assert torch.equal(ids, eager_ids)

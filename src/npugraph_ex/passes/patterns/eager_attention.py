@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from npugraph_ex.passes.patterns.gqa_attention import SCALE, repeat_kv
+from npugraph_ex.passes.patterns.gqa_attention import SCALE, repeat_kv, scale_is_a_number
 
 
 def weights(q, k, scale, mask=None):  # noqa: ANN001, ANN201
@@ -65,4 +65,10 @@ def register() -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_replacement(search, replace, [*inputs, SCALE], scalar_workaround={"scale": SCALE})
+        register_replacement(
+            search,
+            replace,
+            [*inputs, SCALE],
+            extra_check=scale_is_a_number,
+            scalar_workaround={"scale": SCALE},
+        )

@@ -14,6 +14,8 @@ kernel reads the same values in the same order).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -48,6 +50,13 @@ def causal_replace(q, k, v, scale):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
 
 
+def scale_is_a_number(match: Any) -> bool:
+    """The fused kernels take the scale as a Python number (or none: the default); a graph may
+    multiply by a 0-d tensor instead, which they cannot take."""
+    scale = match.kwargs.get("scale")
+    return scale is None or isinstance(scale, (int, float))
+
+
 def register() -> None:
     from npugraph_ex.passes.patterns import register_replacement
 
@@ -57,4 +66,10 @@ def register() -> None:
         (masked_search, masked_replace, [q, k, k.clone(), mask]),
         (causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]),
     ):
-        register_replacement(search, replace, [*inputs, SCALE], scalar_workaround={"scale": SCALE})
+        register_replacement(
+            search,
+            replace,
+            [*inputs, SCALE],
+            extra_check=scale_is_a_number,
+            scalar_workaround={"scale": SCALE},
+        )
