@@ -35,9 +35,7 @@ from typing import Any
 
 import torch
 from common import (
-    QWEN3_PRESETS as PRESETS,
-)
-from common import (
+    QWEN3_PRESETS,
     add_common_args,
     apply_threads,
     environment,
@@ -57,7 +55,7 @@ MIB = 2**20
 def build_model(preset: str) -> torch.nn.Module:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(**PRESETS[preset], max_position_embeddings=512)
+    config = Qwen3Config(**QWEN3_PRESETS[preset], max_position_embeddings=512)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return Qwen3ForCausalLM(config).eval()
@@ -242,7 +240,7 @@ def latency_table(times: dict[str, list[float]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--preset", choices=sorted(QWEN3_PRESETS), default="tiny")
     parser.add_argument("--keys", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--latency-keys", type=int, default=16)
     parser.add_argument("--plot", type=Path, help="write a PNG chart here")

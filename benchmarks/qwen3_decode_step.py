@@ -28,9 +28,7 @@ from typing import Any
 
 import torch
 from common import (
-    QWEN3_PRESETS as PRESETS,
-)
-from common import (
+    QWEN3_PRESETS,
     add_common_args,
     apply_threads,
     aten_self_times,
@@ -103,7 +101,7 @@ class Bench:
 
 
 def build(preset: str, max_cache_len: int, seed: int) -> Bench:
-    config = Qwen3Config(**PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
+    config = Qwen3Config(**QWEN3_PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config).eval()
@@ -252,7 +250,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "preset": preset,
         "model": {
-            **PRESETS[preset],
+            **QWEN3_PRESETS[preset],
             "parameters": sum(p.numel() for p in bench.model.parameters()),
         },
         "first_call_s": round(first_call_s, 3),
@@ -368,7 +366,7 @@ def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) ->
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--preset", choices=[*PRESETS, "all"], default="tiny")
+    parser.add_argument("--preset", choices=[*QWEN3_PRESETS, "all"], default="tiny")
     parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
     parser.add_argument(
         "--steps", type=int, default=64, help="decode steps per timed block (< max-cache-len)"
@@ -393,7 +391,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     apply_threads(args.threads)
-    presets = list(PRESETS) if args.preset == "all" else [args.preset]
+    presets = list(QWEN3_PRESETS) if args.preset == "all" else [args.preset]
     with torch.no_grad():
         results = [run_preset(preset, args) for preset in presets]
     report(results, args)
