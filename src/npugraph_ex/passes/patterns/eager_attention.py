@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from npugraph_ex.passes.patterns.gqa_attention import SCALE, repeat_kv, scale_is_a_number
+from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
 
 
 def weights(q, k, scale, mask=None):  # noqa: ANN001, ANN201
@@ -54,8 +54,6 @@ def fused(q, k, v, scale):  # noqa: ANN001, ANN201
 
 
 def register() -> None:
-    from npugraph_ex.passes.patterns import register_replacement
-
     q, grouped_k, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 4, 5, 8)
     mask = torch.randn(1, 1, 3, 5)
     for search, replace, kv in (
@@ -65,10 +63,4 @@ def register() -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_replacement(
-            search,
-            replace,
-            [*inputs, SCALE],
-            extra_check=scale_is_a_number,
-            scalar_workaround={"scale": SCALE},
-        )
+        register_scaled_attention(search, replace, inputs)

@@ -57,19 +57,24 @@ def scale_is_a_number(match: Any) -> bool:
     return scale is None or isinstance(scale, (int, float))
 
 
-def register() -> None:
+def register_scaled_attention(search: Any, replace: Any, inputs: list[torch.Tensor]) -> None:
+    """Register an attention pattern whose last argument is the scale: taken from the matched
+    graph as a number (``SCALE`` only stands for it while tracing), refused where it is not one."""
     from npugraph_ex.passes.patterns import register_replacement
 
+    register_replacement(
+        search,
+        replace,
+        [*inputs, SCALE],
+        extra_check=scale_is_a_number,
+        scalar_workaround={"scale": SCALE},
+    )
+
+
+def register() -> None:
     q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
     mask = torch.zeros(1, 1, 3, 5)
-    for search, replace, inputs in (
-        (masked_search, masked_replace, [q, k, k.clone(), mask]),
-        (causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]),
-    ):
-        register_replacement(
-            search,
-            replace,
-            [*inputs, SCALE],
-            extra_check=scale_is_a_number,
-            scalar_workaround={"scale": SCALE},
-        )
+    register_scaled_attention(masked_search, masked_replace, [q, k, k.clone(), mask])
+    register_scaled_attention(
+        causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]
+    )
