@@ -17,6 +17,7 @@ from npugraph_ex.capture.analysis import analyse_graph
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
+from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.runtime import runtime_for
@@ -25,8 +26,6 @@ log = logging.getLogger(__name__)
 
 
 UNBUILT_OPTIONS = (
-    "static_kernel_compile",
-    "disable_static_kernel_compile_cache",
     "dump_tensor_data",
     "data_dump_stage",
     "deadlock_check",
@@ -78,7 +77,12 @@ def compile_graph(
     gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
     facts = analyse_graph(gm, example_inputs, static_input_indices(len(example_inputs)))
     runtime = runtime_for(facts.device_type)
-    manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name)
+    kernels = (
+        StaticKernelCompiler(gm, config, facts.device_type)
+        if config.static_kernel_compile
+        else None
+    )
+    manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name, kernels=kernels)
     return boxed(manager)
 
 

@@ -186,8 +186,12 @@ def assert_caches_close(actual: Any, expected: Any) -> None:
         assert int(got.cumulative_length) == int(want.cumulative_length)
 
 
+STATIC_KERNELS = pytest.param({"static_kernel_compile": True}, marks=pytest.mark.slow, id="static")
+
+
+@pytest.mark.parametrize("options", [pytest.param({}, id="replay"), STATIC_KERNELS])
 def test_static_cache_decode_replays_and_writes_callers_cache(
-    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str, options: dict[str, Any]
 ) -> None:
     transformers = pytest.importorskip("transformers")
     npugraph_ex.reset_stats()
@@ -195,7 +199,9 @@ def test_static_cache_decode_replays_and_writes_callers_cache(
     prompts = two_prompts(model, device)
     calls = PROMPT_LEN + NEW_TOKENS - 1
     eager_step = decode_step(model)
-    compiled = torch.compile(decode_step(model), backend="npugraph_ex", fullgraph=True)
+    compiled = torch.compile(
+        decode_step(model), backend="npugraph_ex", fullgraph=True, options=options
+    )
     eager_cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
     cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
 
@@ -221,6 +227,13 @@ def test_static_cache_decode_replays_and_writes_callers_cache(
             assert done["eager_calls"] == 0
             assert 1 <= done["captures"] <= 2
             assert done["replays"] == calls - done["captures"]
+            if options:
+                # Every key runs Inductor kernels made for its shapes; none fell back.
+                kernels = Counter()
+                for graph in graphs_called():
+                    kernels.update(graph["static_kernels"])
+                assert set(kernels) <= {"compiled", "cache_hit"}
+                assert kernels.total() == done["captures"]
         else:
             assert done == Counter(replays=calls)
 

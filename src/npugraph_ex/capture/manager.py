@@ -57,6 +57,11 @@ def pools_of(manager: CaptureManager) -> Callable[[], dict[int, int]]:
     return pools
 
 
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 class PoolPolicy:
     """Which memory pool each new key's capture draws from (DESIGN: one pool per FX graph).
 
@@ -96,8 +101,11 @@ class CaptureManager:
         runtime: DeviceRuntime,
         *,
         name: str,
+        kernels: Any = None,
     ):
         self.fn = fn
+        self.kernels = kernels
+        """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` per new key."""
         self.facts = facts
         self.config = config
         self.runtime = runtime
@@ -197,14 +205,12 @@ class CaptureManager:
         try:
             if lock is not None:
                 lock.acquire()
+            fn, capture = self.kernels_for(staged.args)
             if iters:
-                self.runtime.warmup(self.fn, staged.args, iters)
+                self.runtime.warmup(fn, staged.args, iters)
                 io.restore(saved)
-            return self.runtime.capture(
-                self.fn,
-                staged.args,
-                pool=pool,
-                capture_error_mode=self.config.capture_error_mode,
+            return capture(
+                fn, staged.args, pool=pool, capture_error_mode=self.config.capture_error_mode
             )
         except Exception:
             io.restore(saved)
@@ -212,6 +218,31 @@ class CaptureManager:
         finally:
             if lock is not None:
                 lock.release()
+
+    def kernels_for(self, args: Sequence[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """What to capture for this key, and how: compiled kernels when asked for, else ``fn``.
+
+        A key whose kernels fail to compile captures the ATen graph instead, and says why once.
+        """
+        if self.kernels is None:
+            return self.fn, self.runtime.capture
+        try:
+            fn, outcome = self.kernels.compile(args)
+        except Exception as error:  # Inductor may fail on any op; the ATen graph still works
+            self.stats.static_kernels["failed"] += 1
+            log_once(
+                log,
+                logging.WARNING,
+                ("static kernels", self.number, type(error).__name__),
+                "npugraph_ex: %s: static_kernel_compile failed (%s: %s); this key captures the "
+                "ATen graph instead",
+                self.stats.name,
+                type(error).__name__,
+                first_line(error),
+            )
+            return self.fn, self.runtime.capture
+        self.stats.static_kernels[outcome] += 1
+        return fn, self.runtime.capture_compiled
 
     def forget(self, entry: CapturedKey) -> None:
         self.stats.keys.pop(entry.label, None)

@@ -23,7 +23,10 @@ class GraphStats:
     eager_calls: Counter = field(default_factory=Counter)
     """Calls run eagerly instead of replayed, by reason."""
     capture_seconds: float = 0.0
-    """Time spent in warm-up and capture."""
+    """Time spent in warm-up and capture (static kernel compiles included)."""
+    static_kernels: Counter = field(default_factory=Counter)
+    """With ``static_kernel_compile``: keys whose kernels were ``compiled``, loaded on a
+    ``cache_hit``, or ``failed`` to compile (those keys capture the ATen graph instead)."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per live key (labelled by its shapes and values): replays, kernels per replay, and
     ``pool_bytes``, the bytes that key needs in its pool."""
@@ -40,6 +43,7 @@ class GraphStats:
             "replays": self.replays,
             "eager_calls": dict(self.eager_calls),
             "capture_seconds": round(self.capture_seconds, 6),
+            "static_kernels": dict(self.static_kernels),
             "live_keys": len(self.keys),
             "pool_bytes": sum(self.pools().values()),
             "pools": len(self.pools()),

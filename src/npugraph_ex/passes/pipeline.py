@@ -2,10 +2,17 @@
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
 on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name.
+
+With ``static_kernel_compile`` the graph goes on to Inductor, which removes cats, plans memory
+and re-inplaces itself; the capture-only passes are skipped there: the ``out=`` and in-place
+forms they write are not what Inductor lowers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from npugraph_ex.config import Config
 from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
@@ -14,6 +21,12 @@ from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_cat import remove_cat_ops
 from npugraph_ex.passes.remove_noop import remove_noop_ops
+
+
+def for_capture(option: str) -> Callable[[Config], bool]:
+    """Enabled by ``option``, unless the graph is lowered to static kernels instead."""
+    return lambda config: getattr(config, option) and not config.static_kernel_compile
+
 
 PIPELINE: tuple[GraphPass, ...] = (
     GraphPass(
@@ -30,10 +43,8 @@ PIPELINE: tuple[GraphPass, ...] = (
         run_custom_post_pass,
         enabled=lambda config: config.post_grad_custom_post_pass is not None,
     ),
-    GraphPass("remove_cat_ops", remove_cat_ops, enabled=lambda config: config.remove_cat_ops),
+    GraphPass("remove_cat_ops", remove_cat_ops, enabled=for_capture("remove_cat_ops")),
     GraphPass("dead_code_elimination", eliminate_dead_code),
-    GraphPass("inplace_pass", reinplace, enabled=lambda config: config.inplace_pass),
-    GraphPass(
-        "input_inplace_pass", reinplace_inputs, enabled=lambda config: config.input_inplace_pass
-    ),
+    GraphPass("inplace_pass", reinplace, enabled=for_capture("inplace_pass")),
+    GraphPass("input_inplace_pass", reinplace_inputs, enabled=for_capture("input_inplace_pass")),
 )

@@ -76,6 +76,21 @@ class DeviceRuntime(ABC):
     ) -> CapturedGraph:
         """Capture ``fn(*args)`` into a graph drawing memory from ``pool``."""
 
+    def capture_compiled(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        *,
+        pool: Any,
+        capture_error_mode: str,
+    ) -> CapturedGraph:
+        """Capture ``fn(*args)``, a call of compiled kernels (``static_kernel_compile``).
+
+        Device graphs record compiled kernels like any others; a runtime that records at another
+        level (the CPU engine records ATen calls) overrides this.
+        """
+        return self.capture(fn, args, pool=pool, capture_error_mode=capture_error_mode)
+
     @abstractmethod
     def new_pool(self) -> Any:
         """A fresh memory pool handle for graphs that should share memory."""

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.cpu_bindings import fastest_call
+from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
@@ -147,6 +148,16 @@ class CpuRuntime(DeviceRuntime):
         elif pool is None:
             pool = self.new_pool()
         return CpuGraph(recorder, outputs, list(args), pool)
+
+    def capture_compiled(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        *,
+        pool: Any,
+        capture_error_mode: str,
+    ) -> CompiledKernelCall:
+        return CompiledKernelCall(fn, args)
 
     def new_pool(self) -> CpuPool:
         return CpuPool()

@@ -1,0 +1,1 @@
+"""Kernels compiled for captured shapes (``static_kernel_compile``), between passes and capture."""

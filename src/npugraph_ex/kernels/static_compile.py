@@ -1,0 +1,101 @@
+"""``static_kernel_compile``: Inductor kernels specialised to each captured key's shapes.
+
+A graph compiled with ``dynamic=True`` carries symbolic sizes; its eager replay is exact for any
+of them, but kernels generated for symbolic sizes pay for that generality. For each key the
+capture manager captures, this stage re-traces the optimised graph with the key's concrete sizes
+and ints (every symbol becomes a constant), decomposed as Inductor expects:
+
+    before: mm(view(x, [s0, 256]), w)            # s0 symbolic
+    after:  mm(view(x, [7, 256]), w)             # this key: s0 == 7
+
+and lowers it through Inductor (C++ with ``cpp_wrapper`` on CPU, Triton on CUDA). The device
+runtime then captures those kernels (CUDA, NPU) or calls them (CPU, where fused C++ kernels are
+invisible to a dispatch-level recording).
+
+Kernel artifacts go to Inductor's FX graph cache (``TORCHINDUCTOR_CACHE_DIR``), so a later process
+compiling the same graph for the same shapes loads them instead of compiling;
+``disable_static_kernel_compile_cache`` compiles afresh in a private directory every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.config import Config
+
+CompiledKernels = Callable[..., Any]
+"""Called like the FX graph (positional inputs); returns its outputs."""
+
+
+class StaticKernelCompiler:
+    """Compiles one optimised FX graph for the concrete inputs of each key it is given."""
+
+    def __init__(self, gm: torch.fx.GraphModule, config: Config, device_type: str):
+        self.gm = gm
+        self.device_type = device_type
+        self.use_cache = not config.disable_static_kernel_compile_cache
+
+    def compile(self, args: Sequence[Any]) -> tuple[CompiledKernels, str]:
+        """Kernels computing the graph for inputs with exactly the sizes and ints of ``args``,
+        and how they were made: ``"compiled"``, or ``"cache_hit"`` when loaded from the cache.
+        """
+        from torch._dynamo.utils import counters
+
+        hits_before = counters["inductor"]["fxgraph_cache_hit"]
+        compiled = self.lower(args)
+        loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
+
+        def run(*inputs: Any) -> Any:
+            # Inductor's calling convention: one list, which the callee may clear.
+            return compiled(list(inputs))
+
+        return run, "cache_hit" if loaded else "compiled"
+
+    def lower(self, args: Sequence[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx_inner
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        # Inductor's FX graph cache needs a shape env in the tracing context, even when every
+        # size is static.
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        fake_args = [
+            fake_mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
+            for a in args
+        ]
+        context = torch._guards.TracingContext(fake_mode)
+        with torch._guards.tracing(context), torch._inductor.config.patch(self.inductor_options()):
+            static_gm = specialise(self.gm, fake_args, fake_mode)
+            return compile_fx_inner(
+                static_gm,
+                fake_args,
+                cpp_wrapper=self.device_type == "cpu",
+                is_inference=True,
+            )
+
+    def inductor_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"cpp_wrapper": self.device_type == "cpu"}
+        if not self.use_cache:
+            options.update(fx_graph_cache=False, force_disable_caches=True)
+        return options
+
+
+def specialise(
+    gm: torch.fx.GraphModule, fake_args: Sequence[Any], fake_mode: Any
+) -> torch.fx.GraphModule:
+    """``gm`` re-traced on inputs with static sizes, with Inductor's decompositions applied.
+
+    Symbolic sizes and int inputs turn into the constants of ``fake_args``; the int inputs stay
+    placeholders (unused), so the graph keeps the calling convention of ``gm``.
+    """
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with fake_mode:
+        return make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="real")(
+            *fake_args
+        )

@@ -1,0 +1,122 @@
+"""``static_kernel_compile``: Inductor kernels per captured key, cached across processes.
+
+Inductor compiles slowly on small machines, so the compiling tests are few: one model, run in
+fresh processes sharing one Inductor cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+
+from helpers import graphs_called
+from npugraph_ex.config import Config
+from npugraph_ex.passes.manager import PassManager
+from npugraph_ex.passes.pipeline import PIPELINE
+
+RUN = Path(__file__).with_name("kernel_cache_run.py")
+ATOL = 1e-5
+"""Inductor's fused C++ loops sum in another order than ATen's kernels."""
+
+CAPTURE_ONLY_PASSES = {"remove_cat_ops", "inplace_pass", "input_inplace_pass"}
+
+
+def run_fresh(cache_dir: Path, *flags: str) -> dict[str, Any]:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
+    done = subprocess.run(
+        [sys.executable, str(RUN), *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def three_processes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """First compile, second process on the same cache, third with the cache disabled."""
+    cache_dir = tmp_path_factory.mktemp("inductor-cache")
+    return [
+        run_fresh(cache_dir),
+        run_fresh(cache_dir),
+        run_fresh(cache_dir, "--disable-cache"),
+    ]
+
+
+@pytest.mark.slow
+def test_each_key_gets_kernels_equal_to_eager(three_processes: list[dict[str, Any]]) -> None:
+    first = three_processes[0]
+    # Shapes 3, 5, 3: two keys, each compiled once; the third call replays the first key.
+    assert first["static_kernels"] == {"compiled": 2}
+    assert (first["captures"], first["replays"], first["eager_calls"]) == (2, 1, {})
+    assert first["max_output_diff"] <= ATOL
+    # The buffer the model adds into is written by the kernels, once per call.
+    assert first["buffer_diff"] <= ATOL
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_the_kernels_from_the_cache(
+    three_processes: list[dict[str, Any]],
+) -> None:
+    second = three_processes[1]
+    assert second["static_kernels"] == {"cache_hit": 2}
+    assert second["max_output_diff"] <= ATOL
+    assert second["buffer_diff"] <= ATOL
+
+
+@pytest.mark.slow
+def test_disabling_the_cache_compiles_again(three_processes: list[dict[str, Any]]) -> None:
+    assert three_processes[2]["static_kernels"] == {"compiled": 2}
+
+
+def test_capture_only_passes_make_way_for_inductor() -> None:
+    plain = {p.name for p in PassManager(PIPELINE, Config()).selected()}
+    lowered = {p.name for p in PassManager(PIPELINE, Config(static_kernel_compile=True)).selected()}
+    assert CAPTURE_ONLY_PASSES <= plain
+    assert plain - lowered == CAPTURE_ONLY_PASSES
+
+
+@torch.library.custom_op("npugraph_ex_tests::double_without_fake", mutates_args=())
+def double_without_fake(x: torch.Tensor) -> torch.Tensor:
+    """A custom op with no fake implementation: it runs, but cannot be traced for Inductor."""
+    return x * 2
+
+
+def insert_custom_op(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
+    """Route the graph's first output through ``double_without_fake``."""
+    output = gm.graph.output_node()
+    first = output.args[0][0]
+    with gm.graph.inserting_before(output):
+        routed = gm.graph.call_function(torch.ops.npugraph_ex_tests.double_without_fake, (first,))
+    output.args = ((routed, *output.args[0][1:]),)
+    gm.recompile()
+
+
+def test_a_key_whose_kernels_fail_captures_the_aten_graph(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = torch.nn.Linear(8, 8)
+    options = {"static_kernel_compile": True, "post_grad_custom_post_pass": insert_custom_op}
+    compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, options=options)
+    x = torch.randn(2, 8)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        first, second = compiled(x), compiled(x)
+        expected = model(x) * 2
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    [graph] = graphs_called()
+    assert graph["static_kernels"] == {"failed": 1}
+    assert (graph["captures"], graph["replays"]) == (1, 1)
+    [record] = [r for r in caplog.records if "static_kernel_compile failed" in r.getMessage()]
+    assert "this key captures the ATen graph instead" in record.getMessage()
