@@ -21,7 +21,7 @@ test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 demo: install
-	$(PYTHON) benchmarks/qwen3_decode_step.py --preset tiny --plot bench-results/qwen3_decode_step.png
+	npugraph-ex bench --out bench-results/bench.json --plot bench-results/bench.png
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)

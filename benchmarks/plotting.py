@@ -1,81 +1,21 @@
 """Bar charts of interleaved timings: one panel per workload, one bar per variant.
 
-Each bar is the median of the repeats, its whiskers the interquartile range (25th to 75th
-percentile), and its label the median and the speed-up over the first variant (the baseline).
+The charts are drawn by ``npugraph_ex.bench.plotting`` (shared with ``npugraph-ex bench``); this
+module re-exports it for the scripts and says where each chart went.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-PALETTE = ("#8c8c8c", "#1f77b4", "#9ecae1", "#ff7f0e", "#2ca02c")
+from npugraph_ex.bench import plotting
+from npugraph_ex.bench.plotting import PALETTE, Panel, draw_panel, quartiles
 
-
-@dataclass
-class Panel:
-    """One workload: its title and each variant's per-repeat times (first variant = baseline)."""
-
-    title: str
-    times: dict[str, Sequence[float]]
-
-
-def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    """The 25th, 50th and 75th percentiles (linear interpolation)."""
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        pos = q * (len(ordered) - 1)
-        low = int(pos)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-    return at(0.25), at(0.5), at(0.75)
-
-
-def draw_panel(ax, panel: Panel, unit: str, ylabel: str) -> None:  # noqa: ANN001
-    names = list(panel.times)
-    q = [quartiles(panel.times[n]) for n in names]
-    mids = [mid for _, mid, _ in q]
-    low = [mid - q1 for q1, mid, _ in q]
-    high = [q3 - mid for _, mid, q3 in q]
-    colours = [PALETTE[i % len(PALETTE)] for i in range(len(names))]
-    error_kw = {"elinewidth": 1, "ecolor": "#333333", "capsize": 4}
-    bars = ax.bar(names, mids, color=colours, yerr=[low, high], error_kw=error_kw)
-    top = max(m + h for m, h in zip(mids, high, strict=True))
-    for bar, mid in zip(bars, mids, strict=True):
-        ax.text(
-            bar.get_x() + bar.get_width() / 2,
-            mid / 2,
-            f"{mid:.2f} {unit}\n{mids[0] / mid:.2f}x",
-            ha="center",
-            va="center",
-            fontsize=9,
-            color="black",
-            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.8, "lw": 0},
-        )
-    ax.set_ylim(0, top * 1.08)
-    ax.set_title(panel.title, fontsize=10)
-    ax.set_ylabel(ylabel)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
+__all__ = ["PALETTE", "Panel", "bar_panels", "draw_panel", "quartiles"]
 
 
 def bar_panels(panels: Sequence[Panel], path: Path, *, title: str, unit: str, ylabel: str) -> None:
-    """Write a PNG with one bar panel per workload side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    width = 4.4 * len(panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(width, 7.0), 5.0), squeeze=False)
-    for ax, panel in zip(axes[0], panels, strict=True):
-        draw_panel(ax, panel, unit, ylabel)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"wrote {path}")
+    """Write a PNG with one bar panel per workload side by side, and say where."""
+    written = plotting.bar_panels(panels, path, title=title, unit=unit, ylabel=ylabel)
+    print(f"wrote {written}")

@@ -11,16 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-TINY_QWEN3: dict[str, Any] = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    max_position_embeddings=256,
-)
+from npugraph_ex.bench.presets import QWEN3_PRESETS
+
+TINY_QWEN3: dict[str, Any] = {**QWEN3_PRESETS["micro"], "max_position_embeddings": 256}
 
 
 def make_tiny_qwen3(*, seed: int = 0, **overrides: Any) -> nn.Module:

@@ -1,0 +1,45 @@
+"""The ``npugraph-ex`` command line program: one subcommand per module.
+
+    npugraph-ex bench [--model tiny|micro|qwen3-0.6b] [--device cpu|cuda] [--peers] ...
+
+Each subcommand's module provides ``add_parser(subparsers)``, which registers its flags and
+sets ``run`` (called with the parsed arguments; returns the exit status) as a default. This
+module only assembles them, so a subcommand is added by adding one line to ``SUBCOMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from npugraph_ex.bench import command as bench_command
+
+PROG = "npugraph-ex"
+
+SUBCOMMANDS = (bench_command.add_parser,)
+"""Each registers one subcommand on the program's subparsers."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="npugraph_ex tools: a torch.compile backend that captures a graph once per "
+        "input shape and replays it.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="command", required=True)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: this process's arguments) and run the chosen subcommand."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
+    args.argv = arguments
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
