@@ -7,7 +7,9 @@ weights, timed four ways in one interleaved loop:
 - npugraph_ex: ``torch.compile(step, backend="npugraph_ex", fullgraph=True)``;
 - capture manager: the graph's capture manager called directly, as the wrappers call it;
 - replay-only: the captured graph's bare ``replay()``, found through the capture manager; the gap
-  between it and npugraph_ex is what Dynamo's guards and the wrappers around the graph cost.
+  between it and npugraph_ex is what Dynamo's guards and the wrappers around the graph cost;
+- with ``--static-kernels``, the same three for the step compiled with ``static_kernel_compile``
+  (its bare call runs the key's Inductor kernels).
 
 Before timing, the compiled step's logits are compared with eager (and with Dynamo alone,
 ``backend="eager"``, which shows how much of any difference tracing itself causes), and a few
@@ -15,6 +17,7 @@ greedy steps check that both pick the same tokens.
 
     python benchmarks/qwen3_decode_step.py                 # tiny preset
     python benchmarks/qwen3_decode_step.py --preset all --plot docs/figures/qwen3_decode_step.png
+    python benchmarks/qwen3_decode_step.py --static-kernels --no-dynamo-reference
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ NO_PASSES = {
 }
 """Every optimisation pass off: the graph AOTAutograd produced, captured as it is."""
 
+STATIC_KERNELS = {"static_kernel_compile": True}
+"""The key's graph compiled by Inductor for its shapes (``--static-kernels``)."""
+
 
 @dataclass
 class Bench:
@@ -71,6 +77,7 @@ class Bench:
     step: Callable[..., torch.Tensor] = field(init=False)
     compiled: Callable[..., torch.Tensor] = field(init=False)
     unoptimised: Callable[..., torch.Tensor] = field(init=False)
+    static: Callable[..., torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
         model = self.model
@@ -84,7 +91,13 @@ class Bench:
             # Its own code object: Dynamo keeps its guards apart from ``step``'s.
             return step(ids, pos, cache)
 
+        def static_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+            return step(ids, pos, cache)
+
         self.step = step
+        self.static = torch.compile(
+            static_step, backend="npugraph_ex", fullgraph=True, options=STATIC_KERNELS
+        )
         self.compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
         self.unoptimised = torch.compile(
             same_step, backend="npugraph_ex", fullgraph=True, options=NO_PASSES
@@ -217,6 +230,19 @@ def manager_call(manager: Any) -> Callable[[], Any]:
     return lambda: manager(list(args))
 
 
+def static_blocks(bench: Bench, steps: int) -> dict[str, Callable[[], float]]:
+    """The step with ``static_kernel_compile``: compiled call, its capture manager, bare kernels."""
+    before = live_graph_numbers()
+    cache = bench.new_cache()
+    bench.static(torch.tensor([[1]]), torch.tensor([0]), cache)
+    manager, graph = captured_graph(before)
+    return {
+        "static kernels": step_block(bench.static, cache, steps),
+        "static kernels, manager": bare_block(manager_call(manager), cache, steps),
+        "static kernels only": bare_block(graph.replay, cache, steps),
+    }
+
+
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     """Check numerics, then time eager / npugraph_ex / replay-only interleaved."""
     bench = build(preset, args.max_cache_len, args.seed)
@@ -240,6 +266,8 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
             unoptimised_graph.replay, unoptimised_cache, args.steps
         ),
     }
+    if args.static_kernels:
+        blocks.update(static_blocks(bench, args.steps))
     times = interleaved(blocks, args.repeats, warmup=args.warmup)
     advanced = int(compiled_cache.layers[0].cumulative_length)
     compiled_cache.reset()
@@ -302,6 +330,22 @@ TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
+STATIC_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "eager ms": lambda r: r["median_ms"]["eager"],
+    "static kernels ms": lambda r: r["median_ms"]["static kernels"],
+    "kernels only ms": lambda r: r["median_ms"]["static kernels only"],
+    "speed-up": lambda r: f"{r['median_ms']['eager'] / r['median_ms']['static kernels']:.2f}x",
+    "eager/kernels": lambda r: (
+        f"{r['median_ms']['eager'] / r['median_ms']['static kernels only']:.2f}x"
+    ),
+    "outside the manager ms": lambda r: (
+        r["median_ms"]["static kernels"] - r["median_ms"]["static kernels, manager"]
+    ),
+}
+"""``--static-kernels``: the same step with ``static_kernel_compile``; outside the manager =
+compiled call - capture manager called directly (Dynamo's frame and AOTAutograd's wrapper)."""
+
+
 def numerics_row(r: dict[str, Any]) -> list[Any]:
     n = r["numerics"]
     dynamo = n.get("dynamo_eager_vs_eager")
@@ -338,6 +382,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
     rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
     print(format_table(["preset", *TIMING_COLUMNS], rows))
+    if args.static_kernels:
+        print()
+        static_rows = [
+            [r["preset"], *(cell(r) for cell in STATIC_COLUMNS.values())] for r in results
+        ]
+        print(format_table(["preset", *STATIC_COLUMNS], static_rows))
     print()
     print(format_table(NUMERICS_HEADERS, [numerics_row(r) for r in results]))
     print(EXPLANATION)
@@ -378,6 +428,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="dynamo_reference",
         action="store_false",
         help='skip comparing with torch.compile(backend="eager")',
+    )
+    parser.add_argument(
+        "--static-kernels",
+        action="store_true",
+        help="also time the step with static_kernel_compile (compiles through Inductor)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here")
