@@ -21,7 +21,7 @@ test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 demo: install
-	npugraph-ex bench --out bench-results/bench.json --plot bench-results/bench.png
+	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)

@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.config import Config
+from npugraph_ex.kernels.decompositions import static_kernel_decompositions
 
 CompiledKernels = Callable[..., Any]
 """Called like the FX graph (positional inputs); returns its outputs."""
@@ -87,15 +88,13 @@ class StaticKernelCompiler:
 def specialise(
     gm: torch.fx.GraphModule, fake_args: Sequence[Any], fake_mode: Any
 ) -> torch.fx.GraphModule:
-    """``gm`` re-traced on inputs with static sizes, with Inductor's decompositions applied.
+    """``gm`` re-traced on inputs with static sizes, decomposed for Inductor (``decompositions``).
 
     Symbolic sizes and int inputs turn into the constants of ``fake_args``; the int inputs stay
     placeholders (unused), so the graph keeps the calling convention of ``gm``.
     """
-    from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with fake_mode:
-        return make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="real")(
-            *fake_args
-        )
+        decompositions = static_kernel_decompositions()
+        return make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)

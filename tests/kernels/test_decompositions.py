@@ -1,0 +1,71 @@
+"""The decompositions a key's graph gets before Inductor: one-row matrix products on CPU."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from npugraph_ex.kernels.decompositions import row_times_matrix, row_times_matrix_plus
+from npugraph_ex.kernels.static_compile import specialise
+
+aten = torch.ops.aten
+
+
+def linear_graph(bias: bool) -> torch.fx.GraphModule:
+    """An ATen graph of ``x @ w.t() (+ b)``, as AOTAutograd gives a linear layer."""
+
+    def with_bias(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:
+        return (aten.addmm.default(b, x, aten.permute.default(w, [1, 0])),)
+
+    def without_bias(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:
+        return (aten.mm.default(x, aten.permute.default(w, [1, 0])),)
+
+    return torch.fx.symbolic_trace(with_bias if bias else without_bias)
+
+
+def specialised_ops(gm: torch.fx.GraphModule, *args: torch.Tensor) -> Counter[str]:
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake_args = [fake_mode.from_tensor(a, static_shapes=True) for a in args]
+    static = specialise(gm, fake_args, fake_mode)
+    return Counter(
+        str(n.target.overloadpacket) for n in static.graph.nodes if n.op == "call_function"
+    )
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_one_row_product_becomes_a_reduction(bias: bool) -> None:
+    x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
+    ops = specialised_ops(linear_graph(bias), x, w, b)
+    assert ops["aten.mm"] == ops["aten.addmm"] == 0
+    assert ops["aten.mul"] == 1 and ops["aten.sum"] == 1
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_product_of_several_rows_stays_a_matrix_product(bias: bool) -> None:
+    x, w, b = torch.randn(3, 64), torch.randn(32, 64), torch.randn(32)
+    ops = specialised_ops(linear_graph(bias), x, w, b)
+    assert ops["aten.addmm" if bias else "aten.mm"] == 1
+    assert ops["aten.sum"] == 0
+
+
+def test_the_reduction_computes_the_product() -> None:
+    x, w, b = torch.randn(1, 256), torch.randn(512, 256), torch.randn(512)
+    # Sums of 256 products in another order: fp32 rounding, relative to the sums' size.
+    close = {"atol": 1e-4, "rtol": 1e-5}
+    torch.testing.assert_close(row_times_matrix(x, w.t()), x @ w.t(), **close)
+    torch.testing.assert_close(
+        row_times_matrix_plus(b, x, w.t(), beta=0.5, alpha=2.0),
+        torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0),
+        **close,
+    )
+
+
+def test_integer_and_column_products_are_left_to_aten() -> None:
+    ints = torch.ones(1, 4, dtype=torch.int64)
+    assert row_times_matrix(ints, torch.ones(4, 3, dtype=torch.int64)) is NotImplemented
+    assert row_times_matrix(torch.randn(1, 4), torch.randn(4, 1)) is NotImplemented
