@@ -120,3 +120,30 @@ def test_a_key_whose_kernels_fail_captures_the_aten_graph(
     assert (graph["captures"], graph["replays"]) == (1, 1)
     [record] = [r for r in caplog.records if "static_kernel_compile failed" in r.getMessage()]
     assert "this key captures the ATen graph instead" in record.getMessage()
+
+
+def accumulate(x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    total.add_(torch.relu(x))
+    return total * 2
+
+
+@pytest.mark.slow
+def test_a_recapture_reuses_the_kernels_of_its_shapes() -> None:
+    compiled = torch.compile(
+        accumulate, backend="npugraph_ex", fullgraph=True, options={"static_kernel_compile": True}
+    )
+    x = torch.randn(4, 8)
+    first, second = torch.zeros(4, 8), torch.zeros(4, 8)
+    with torch.no_grad():
+        compiled(x, first)
+        compiled(x, first)
+        # Another buffer to write: the key is captured again, for the same shapes.
+        out = compiled(x, second)
+    expected = torch.relu(x)
+    torch.testing.assert_close(first, 2 * expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(second, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out, 2 * expected, atol=ATOL, rtol=0)
+    [graph] = graphs_called()
+    assert graph["recaptures"] == {"mutated input moved": 1}
+    made = graph["static_kernels"]
+    assert made["reused"] == 1 and made.get("compiled", 0) + made.get("cache_hit", 0) == 1

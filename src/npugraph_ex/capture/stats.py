@@ -25,8 +25,9 @@ class GraphStats:
     capture_seconds: float = 0.0
     """Time spent in warm-up and capture (static kernel compiles included)."""
     static_kernels: Counter = field(default_factory=Counter)
-    """With ``static_kernel_compile``: keys whose kernels were ``compiled``, loaded on a
-    ``cache_hit``, or ``failed`` to compile (those keys capture the ATen graph instead)."""
+    """With ``static_kernel_compile``: captures whose kernels were ``compiled``, loaded on a
+    ``cache_hit``, ``reused`` from an earlier capture of the same shapes (a recapture), or
+    ``failed`` to compile (those capture the ATen graph instead)."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per live key (labelled by its shapes and values): replays, kernels per replay, and
     ``pool_bytes``, the bytes that key needs in its pool."""

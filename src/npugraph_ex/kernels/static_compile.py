@@ -39,22 +39,31 @@ class StaticKernelCompiler:
         self.gm = gm
         self.device_type = device_type
         self.use_cache = not config.disable_static_kernel_compile_cache
+        self.made: dict[tuple, Any] = {}
+        """Compiled code by input signature: a recapture (an input moved) reuses it."""
 
     def compile(self, args: Sequence[Any]) -> tuple[CompiledKernels, str]:
         """Kernels computing the graph for inputs with exactly the sizes and ints of ``args``,
-        and how they were made: ``"compiled"``, or ``"cache_hit"`` when loaded from the cache.
+        and how they were made: ``"compiled"``, ``"cache_hit"`` when loaded from the on-disk
+        cache, or ``"reused"`` when this graph already has them for inputs like these.
         """
         from torch._dynamo.utils import counters
 
-        hits_before = counters["inductor"]["fxgraph_cache_hit"]
-        compiled = self.lower(args)
-        loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
+        signature = input_signature(args)
+        compiled = self.made.get(signature)
+        if compiled is not None:
+            outcome = "reused"
+        else:
+            hits_before = counters["inductor"]["fxgraph_cache_hit"]
+            compiled = self.made[signature] = self.lower(args)
+            loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
+            outcome = "cache_hit" if loaded else "compiled"
 
         def run(*inputs: Any) -> Any:
             # Inductor's calling convention: one list, which the callee may clear.
             return compiled(list(inputs))
 
-        return run, "cache_hit" if loaded else "compiled"
+        return run, outcome
 
     def lower(self, args: Sequence[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx_inner
@@ -83,6 +92,16 @@ class StaticKernelCompiler:
         if not self.use_cache:
             options.update(fx_graph_cache=False, force_disable_caches=True)
         return options
+
+
+def input_signature(args: Sequence[Any]) -> tuple:
+    """What compiled kernels depend on: sizes, strides, dtypes and devices, and int values."""
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.device)
+        if isinstance(a, torch.Tensor)
+        else (type(a), a)
+        for a in args
+    )
 
 
 def specialise(
