@@ -201,11 +201,12 @@ class CaptureManager:
         # Undo warm-up writes, and the partial writes of a capture that fails while executing.
         undoable = iters or self.runtime.capture_executes
         saved = io.snapshot(staged.args, self.layout.mutated) if undoable else []
+        # Kernels compile outside the lock: a compile may take minutes, and reads no input data.
+        fn, capture = self.kernels_for(staged.args)
         lock = GLOBAL_CAPTURE_LOCK if self.config.capture_error_mode == "global" else None
         try:
             if lock is not None:
                 lock.acquire()
-            fn, capture = self.kernels_for(staged.args)
             if iters:
                 self.runtime.warmup(fn, staged.args, iters)
                 io.restore(saved)

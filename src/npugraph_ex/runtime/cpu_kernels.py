@@ -2,8 +2,8 @@
 
 Inductor's C++ kernels fuse many ATen ops into loops that no dispatch mode sees, so the CPU
 engine cannot record them step by step; it keeps the compiled call and its static inputs instead.
-The call plans its own memory (one arena per call), so every replay returns fresh outputs and no
-pool holds anything for it.
+The compiled code allocates its own buffers on every call, so every replay returns fresh outputs
+and no pool holds anything for it.
 """
 
 from __future__ import annotations
