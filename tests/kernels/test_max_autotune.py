@@ -13,12 +13,17 @@ ATOL = 1e-5
 """Inductor's fused loops sum in another order than ATen's kernels."""
 
 
+SPELLINGS = {
+    "options": {"options": {"mode": "max-autotune"}},
+    "torch.compile mode": {"mode": "max-autotune"},
+}
+
+
 @pytest.mark.slow
-def test_max_autotune_compiles_the_whole_graph_and_captures_nothing() -> None:
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_max_autotune_compiles_the_whole_graph_and_captures_nothing(spelling: str) -> None:
     model = make_mlp()
-    compiled = torch.compile(
-        model, backend="npugraph_ex", fullgraph=True, options={"mode": "max-autotune"}
-    )
+    compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, **SPELLINGS[spelling])
     counters.clear()
     with torch.no_grad():
         for rows in (4, 4):
