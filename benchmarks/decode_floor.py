@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from common import (
-    QWEN3_PRESETS,
     add_common_args,
     apply_threads,
     environment,
@@ -35,7 +34,7 @@ from common import (
     spread,
     write_json,
 )
-from qwen3_decode_step import build, step_block
+from qwen3_decode_step import add_step_args, build, each_preset, step_block
 
 NAME = "decode_floor"
 
@@ -100,10 +99,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--preset", choices=[*QWEN3_PRESETS, "all"], default="tiny")
-    parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
-    parser.add_argument("--steps", type=int, default=64, help="steps per timed block")
-    parser.add_argument("--seed", type=int, default=0)
+    add_step_args(parser)
     add_common_args(parser, NAME, repeats=15)
     args = parser.parse_args(argv)
     if not 0 < args.steps < args.max_cache_len:
@@ -114,9 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     apply_threads(args.threads)
-    presets = list(QWEN3_PRESETS) if args.preset == "all" else [args.preset]
-    with torch.no_grad():
-        results = [run_preset(preset, args) for preset in presets]
+    results = each_preset(args, run_preset)
     report(results, args)
     settings = {k: str(v) if k == "out" else v for k, v in vars(args).items()}
     write_json(args.out, NAME, settings, results)

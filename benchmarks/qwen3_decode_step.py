@@ -414,13 +414,28 @@ def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) ->
     bar_panels(panels, path, title=title, unit="ms", ylabel="ms per decode step (lower is better)")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def add_step_args(parser: argparse.ArgumentParser) -> None:
+    """``--preset``, ``--max-cache-len``, ``--steps``, ``--seed``: what builds and times a step."""
     parser.add_argument("--preset", choices=[*QWEN3_PRESETS, "all"], default="tiny")
     parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
     parser.add_argument(
         "--steps", type=int, default=64, help="decode steps per timed block (< max-cache-len)"
     )
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def each_preset(
+    args: argparse.Namespace, run: Callable[[str, argparse.Namespace], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``run`` on the chosen preset (every preset for ``--preset all``), without autograd."""
+    presets = list(QWEN3_PRESETS) if args.preset == "all" else [args.preset]
+    with torch.no_grad():
+        return [run(preset, args) for preset in presets]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    add_step_args(parser)
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds before timing")
     parser.add_argument("--check-steps", type=int, default=8, help="steps of the numerics check")
     parser.add_argument(
@@ -434,7 +449,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also time the step with static_kernel_compile (compiles through Inductor)",
     )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here")
     add_common_args(parser, NAME, repeats=15)
     args = parser.parse_args(argv)
@@ -446,9 +460,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     apply_threads(args.threads)
-    presets = list(QWEN3_PRESETS) if args.preset == "all" else [args.preset]
-    with torch.no_grad():
-        results = [run_preset(preset, args) for preset in presets]
+    results = each_preset(args, run_preset)
     report(results, args)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     write_json(args.out, NAME, settings, results)
