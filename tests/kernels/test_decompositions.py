@@ -65,7 +65,11 @@ def test_the_reduction_computes_the_product() -> None:
     )
 
 
-def test_integer_and_column_products_are_left_to_aten() -> None:
-    ints = torch.ones(1, 4, dtype=torch.int64)
-    assert row_times_matrix(ints, torch.ones(4, 3, dtype=torch.int64)) is NotImplemented
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16, torch.float16])
+def test_integer_and_half_precision_products_are_left_to_aten(dtype: torch.dtype) -> None:
+    x, w = torch.ones(1, 4, dtype=dtype), torch.ones(4, 3, dtype=dtype)
+    assert row_times_matrix(x, w) is NotImplemented
+
+
+def test_column_products_are_left_to_aten() -> None:
     assert row_times_matrix(torch.randn(1, 4), torch.randn(4, 1)) is NotImplemented

@@ -26,7 +26,8 @@ def row_times_matrix(x: torch.Tensor, w: torch.Tensor) -> Any:
     """``x @ w`` for ``x`` of one row on CPU as a reduction; NotImplemented otherwise."""
     if x.device.type != "cpu" or x.dim() != 2 or x.shape[0] != 1 or w.shape[1] == 1:
         return NotImplemented
-    if x.dtype != w.dtype or not x.dtype.is_floating_point:
+    # Half-precision products would round before the sum; ATen's kernels accumulate in fp32.
+    if x.dtype != w.dtype or x.dtype not in (torch.float32, torch.float64):
         return NotImplemented
     return torch.sum(x.reshape(-1, 1) * w, dim=0, keepdim=True)
 
