@@ -1,4 +1,4 @@
-"""The decompositions a key's graph gets before Inductor: one-row matrix products on CPU."""
+"""The decompositions a key's graph gets before Inductor: few-row matrix products on CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from npugraph_ex.kernels.decompositions import row_times_matrix, row_times_matrix_plus
+from npugraph_ex.kernels.decompositions import (
+    MAX_ROWS,
+    few_rows_times_matrix,
+    few_rows_times_matrix_plus,
+)
 from npugraph_ex.kernels.static_compile import specialise
 
 aten = torch.ops.aten
@@ -37,29 +41,31 @@ def specialised_ops(gm: torch.fx.GraphModule, *args: torch.Tensor) -> Counter[st
     )
 
 
+@pytest.mark.parametrize("rows", [1, MAX_ROWS])
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_one_row_product_becomes_a_reduction(bias: bool) -> None:
-    x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
+def test_a_product_of_few_rows_becomes_a_reduction(bias: bool, rows: int) -> None:
+    x, w, b = torch.randn(rows, 64), torch.randn(32, 64), torch.randn(32)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["aten.mm"] == ops["aten.addmm"] == 0
     assert ops["aten.mul"] == 1 and ops["aten.sum"] == 1
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_product_of_several_rows_stays_a_matrix_product(bias: bool) -> None:
-    x, w, b = torch.randn(3, 64), torch.randn(32, 64), torch.randn(32)
+def test_a_product_of_more_rows_stays_a_matrix_product(bias: bool) -> None:
+    x, w, b = torch.randn(MAX_ROWS + 1, 64), torch.randn(32, 64), torch.randn(32)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["aten.addmm" if bias else "aten.mm"] == 1
     assert ops["aten.sum"] == 0
 
 
-def test_the_reduction_computes_the_product() -> None:
-    x, w, b = torch.randn(1, 256), torch.randn(512, 256), torch.randn(512)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_reduction_computes_the_product(rows: int) -> None:
+    x, w, b = torch.randn(rows, 256), torch.randn(512, 256), torch.randn(512)
     # Sums of 256 products in another order: fp32 rounding, relative to the sums' size.
     close = {"atol": 1e-4, "rtol": 1e-5}
-    torch.testing.assert_close(row_times_matrix(x, w.t()), x @ w.t(), **close)
+    torch.testing.assert_close(few_rows_times_matrix(x, w.t()), x @ w.t(), **close)
     torch.testing.assert_close(
-        row_times_matrix_plus(b, x, w.t(), beta=0.5, alpha=2.0),
+        few_rows_times_matrix_plus(b, x, w.t(), beta=0.5, alpha=2.0),
         torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0),
         **close,
     )
@@ -68,8 +74,8 @@ def test_the_reduction_computes_the_product() -> None:
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16, torch.float16])
 def test_integer_and_half_precision_products_are_left_to_aten(dtype: torch.dtype) -> None:
     x, w = torch.ones(1, 4, dtype=dtype), torch.ones(4, 3, dtype=dtype)
-    assert row_times_matrix(x, w) is NotImplemented
+    assert few_rows_times_matrix(x, w) is NotImplemented
 
 
 def test_column_products_are_left_to_aten() -> None:
-    assert row_times_matrix(torch.randn(1, 4), torch.randn(4, 1)) is NotImplemented
+    assert few_rows_times_matrix(torch.randn(1, 4), torch.randn(4, 1)) is NotImplemented

@@ -1,0 +1,115 @@
+"""Up to how many rows does a multiply-and-sum beat ``mm`` for a model's matrix products?
+
+``static_kernel_compile`` turns matrix products of up to ``MAX_ROWS`` rows into reductions on CPU
+(``npugraph_ex/kernels/decompositions.py``). This measures where that pays: for each row count,
+every ``nn.Linear`` weight of a Qwen3 preset multiplied by an input of that many rows, in model
+order, timed in one interleaved loop three ways:
+
+- eager mm: ATen's ``x @ w.t()``;
+- inductor mm: the same products compiled by Inductor (static shapes), which hands them to ATen;
+- inductor reduction: ``(x[:, :, None] * w.t()[None]).sum(1)`` compiled by Inductor, the form the
+  decomposition produces.
+
+    python benchmarks/few_row_products.py
+    python benchmarks/few_row_products.py --rows 1 2 4 8 16 32 64
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    QWEN3_PRESETS,
+    add_common_args,
+    apply_threads,
+    environment,
+    environment_line,
+    format_table,
+    interleaved,
+    median,
+    scaled,
+    spread,
+    time_calls,
+    write_json,
+)
+from qwen3_decode_step import build
+
+NAME = "few_row_products"
+VARIANTS = ("eager mm", "inductor mm", "inductor reduction")
+
+
+def products(weights: list[torch.Tensor]) -> dict[str, Callable[[list[torch.Tensor]], Any]]:
+    def matmuls(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [x @ w.t() for x, w in zip(xs, weights, strict=True)]
+
+    def reductions(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [
+            (x.unsqueeze(2) * w.t().unsqueeze(0)).sum(1) for x, w in zip(xs, weights, strict=True)
+        ]
+
+    return {
+        "eager mm": matmuls,
+        "inductor mm": torch.compile(matmuls, backend="inductor", dynamic=False),
+        "inductor reduction": torch.compile(reductions, backend="inductor", dynamic=False),
+    }
+
+
+def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -> dict[str, Any]:
+    torch._dynamo.reset()
+    inputs = [torch.randn(rows, w.shape[1]) for w in weights]
+    fns = products(weights)
+    reference = fns["eager mm"](inputs)
+    diff = max(
+        float((a - b).abs().max())
+        for a, b in zip(reference, fns["inductor reduction"](inputs), strict=True)
+    )
+    blocks = {
+        name: (lambda fn=fn: time_calls(lambda: fn(inputs), args.calls)) for name, fn in fns.items()
+    }
+    times = interleaved(blocks, args.repeats, warmup=1)
+    return {
+        "rows": rows,
+        "max_abs_diff": diff,
+        "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
+        "median_ms": {name: round(median(ts) * 1e3, 4) for name, ts in times.items()},
+        "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
+    }
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace, count: int) -> None:
+    print()
+    print(environment_line(environment()))
+    print(f"{args.preset}: {count} weight matrices; median of {args.repeats} interleaved repeats")
+    headers = ["rows", *(f"{v} ms" for v in VARIANTS), "eager mm / reduction", "max |diff|"]
+    rows = []
+    for r in results:
+        ms = r["median_ms"]
+        ratio = ms["eager mm"] / ms["inductor reduction"]
+        rows.append(
+            [r["rows"], *(ms[v] for v in VARIANTS), f"{ratio:.2f}x", f"{r['max_abs_diff']:.2g}"]
+        )
+    print(format_table(headers, rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--preset", choices=list(QWEN3_PRESETS), default="tiny")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 20, 36, 64])
+    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    add_common_args(parser, NAME, repeats=7)
+    args = parser.parse_args(argv)
+    apply_threads(args.threads)
+    model = build(args.preset, max_cache_len=128, seed=0).model
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        results = [run_rows(rows, weights, args) for rows in args.rows]
+    report(results, args, len(weights))
+    settings = {k: str(v) if k == "out" else v for k, v in vars(args).items()}
+    write_json(args.out, NAME, settings, results)
+
+
+if __name__ == "__main__":
+    main()
