@@ -14,6 +14,7 @@ __all__ = [
     "NpuGraphExError",
     "PassError",
     "UnsupportedGraphError",
+    "first_line",
 ]
 
 
@@ -58,3 +59,9 @@ class CaptureError(NpuGraphExError):
 
 class UnsupportedGraphError(CaptureError):
     """A graph cannot be captured and ``strict_capture=True`` forbids running it eagerly."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message ("" for an empty one), for one-line reports."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""

@@ -22,6 +22,7 @@ from npugraph_ex.bench.progress import Progress
 from npugraph_ex.bench.timing import interleaved, median, spread
 from npugraph_ex.bench.variants import BASELINE, VARIANTS, Variant
 from npugraph_ex.bench.workload import Agreement, Generation, Run, Workload, agreement
+from npugraph_ex.errors import first_line
 
 FIELDS = (
     "first_call_s",
@@ -156,7 +157,7 @@ def first_runs(
         except Exception as error:
             if name == BASELINE:
                 raise
-            failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+            failed[name] = f"{type(error).__name__}: {first_line(error)[:300]}"
             progress.note(f"{workload.name}: {name} left out: {failed[name]}")
     return firsts, failed
 

@@ -27,7 +27,7 @@ from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.errors import ConfigError, UnsupportedGraphError
+from npugraph_ex.errors import ConfigError, UnsupportedGraphError, first_line
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,6 @@ def pools_of(manager: CaptureManager) -> Callable[[], dict[int, int]]:
         return live.pool_bytes() if live is not None else {}
 
     return pools
-
-
-def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 class PoolPolicy:
