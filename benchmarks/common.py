@@ -51,6 +51,7 @@ __all__ = [
     "median",
     "package_version",
     "scaled",
+    "settings_of",
     "source_commit",
     "spread",
     "time_calls",
@@ -120,6 +121,11 @@ def add_common_args(parser: argparse.ArgumentParser, name: str, repeats: int) ->
         default=Path("bench-results") / f"{name}.json",
         help=f"JSON record to write (default bench-results/{name}.json)",
     )
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """A script's parsed flags for its JSON record (paths as text)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
 
 def write_json(path: Path, name: str, settings: dict[str, Any], results: Any) -> None:

@@ -31,6 +31,7 @@ from common import (
     interleaved,
     median,
     scaled,
+    settings_of,
     spread,
     write_json,
 )
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     apply_threads(args.threads)
     results = each_preset(args, run_preset)
     report(results, args)
-    settings = {k: str(v) if k == "out" else v for k, v in vars(args).items()}
-    write_json(args.out, NAME, settings, results)
+    write_json(args.out, NAME, settings_of(args), results)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from common import (
     interleaved,
     median,
     scaled,
+    settings_of,
     spread,
     time_calls,
     write_json,
@@ -107,8 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         results = [run_rows(rows, weights, args) for rows in args.rows]
     report(results, args, len(weights))
-    settings = {k: str(v) if k == "out" else v for k, v in vars(args).items()}
-    write_json(args.out, NAME, settings, results)
+    write_json(args.out, NAME, settings_of(args), results)
 
 
 if __name__ == "__main__":

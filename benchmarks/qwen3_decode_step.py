@@ -44,6 +44,7 @@ from common import (
     live_graph_numbers,
     median,
     scaled,
+    settings_of,
     spread,
     write_json,
 )
@@ -462,8 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     apply_threads(args.threads)
     results = each_preset(args, run_preset)
     report(results, args)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    write_json(args.out, NAME, settings, results)
+    write_json(args.out, NAME, settings_of(args), results)
     if args.plot is not None:
         plot(results, args.plot, args)
 

@@ -40,6 +40,7 @@ from common import (
     live_graph_numbers,
     median,
     scaled,
+    settings_of,
     spread,
     time_calls,
     write_json,
@@ -258,8 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         results = [run_chain(n, args) for n in args.ops]
     fit = fits(results) if len(results) > 1 else {}
     report(results, fit, args)
-    settings = {k: str(v) if k == "out" else v for k, v in vars(args).items()}
-    write_json(args.out, NAME, settings, {"chains": results, "fit": fit})
+    write_json(args.out, NAME, settings_of(args), {"chains": results, "fit": fit})
 
 
 if __name__ == "__main__":
