@@ -34,6 +34,11 @@ def promoted(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.sin(), i.abs()])  # cat promotes the int part: abs may not write a float
 
 
+def appended_to_empty(x: torch.Tensor) -> torch.Tensor:
+    # An empty 1-d tensor is how a cache starts out; cat skips it whatever the other parts' dims.
+    return torch.cat([torch.tensor([]), x.neg()], dim=-2)
+
+
 def test_a_producer_writes_its_slice_and_the_rest_is_copied(traced) -> None:
     graph = traced(rotate_half, torch.randn(2, 4, 1, 8))
     remove_cat_ops(graph.gm, graph.inputs, Config())
@@ -74,6 +79,15 @@ def test_a_part_the_cat_promotes_is_copied_with_its_conversion(traced) -> None:
     assert counts["aten.copy_.default"] == 1
 
 
+def test_an_empty_part_the_cat_skips_is_left_out(traced) -> None:
+    graph = traced(appended_to_empty, torch.randn(1, 2, 3, 4))
+    remove_cat_ops(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    counts = graph.op_counts()
+    assert counts["aten.cat.default"] == 0 and counts["aten.neg.out"] == 1
+    assert counts["aten.copy_.default"] == 0
+
+
 @torch.no_grad()
 def test_results_match_eager_and_the_option_turns_it_off() -> None:
     cases = [
@@ -81,6 +95,7 @@ def test_results_match_eager_and_the_option_turns_it_off() -> None:
         (two_products, lambda: (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 5))),
         (shared_producer, lambda: (torch.randn(4),)),
         (promoted, lambda: (torch.randn(3), torch.arange(3))),
+        (appended_to_empty, lambda: (torch.randn(1, 2, 3, 4),)),
     ]
     for fn, make in cases:
         kernels = {}

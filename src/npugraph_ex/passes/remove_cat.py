@@ -47,11 +47,16 @@ def made_only_for(node: Any, cat: torch.fx.Node) -> bool:
     return cat.args[0].count(node) == 1 and out_variant(node.target) is not None
 
 
+def skipped_by_cat(value: Any, result: Any) -> bool:
+    """A 1-d empty tensor among inputs of more dims: ``cat`` skips it (an empty cache's start)."""
+    return value.dim() == 1 and value.shape[0] == 0 and result.dim() != 1
+
+
 def cat_parts(cat: torch.fx.Node) -> tuple[list[Any], int] | None:
     """The inputs of a static-shape ``cat`` worth rewriting, and its (non-negative) dim."""
-    inputs = cat.args[0]
     dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
     result = fake_value(cat)
+    inputs = [i for i in cat.args[0] if not skipped_by_cat(fake_value(i), result)]
     if not static(result) or not all(static(fake_value(i)) for i in inputs):
         return None
     if not any(made_only_for(i, cat) for i in inputs):

@@ -90,8 +90,9 @@ def register_replacement(
 
 @functools.cache
 def register_builtin_patterns() -> None:
-    from npugraph_ex.passes.patterns import eager_attention, gqa_attention, mm_bias
+    from npugraph_ex.passes.patterns import eager_attention, gqa_attention, mm_bias, rms_norm
 
     eager_attention.register()
     gqa_attention.register()
     mm_bias.register()
+    rms_norm.register()

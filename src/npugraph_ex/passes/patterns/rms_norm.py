@@ -1,0 +1,80 @@
+"""RMSNorm written out, as Hugging Face models write it, as one fused kernel where one exists.
+
+    before: %h = _to_copy(%x, float32)                       (absent for float32 inputs)
+            %y = mul(%w, _to_copy(mul(%h, rsqrt(add(mean(pow(%h, 2), [-1], True), eps))), %x.dtype))
+    after:  %y = _fused_rms_norm(%x, [%x.shape[-1]], %w, eps)[0]
+
+Six to eight kernels become one, and no float32 copy of the activations is made. Matched with the
+weight on either side of the last product, for float32, bfloat16 and float16 inputs.
+
+Applied only where the installed PyTorch has a fused kernel for the graph's device (CUDA has one):
+on CPU, ``_fused_rms_norm`` is the same six kernels behind one name, so the graph is left as is.
+
+Tolerance: float32, within 1e-6 relative (the kernel sums the squares in another order);
+bfloat16/float16, within one unit in the last place of the output, because the kernel rounds
+once where the written-out form rounds the normalised value and then the product with the weight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FUSED = "aten::_fused_rms_norm"
+EPS = 1e-6
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1", "xpu": "XPU", "mps": "MPS"}
+"""The dispatch key whose kernels run tensors of each device type."""
+
+
+def normalised(h, eps):  # noqa: ANN001, ANN201
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def weight_first(x, w, eps):  # noqa: ANN001, ANN201
+    return w * normalised(x.to(torch.float32), eps).to(x.dtype)
+
+
+def weight_last(x, w, eps):  # noqa: ANN001, ANN201
+    return normalised(x.to(torch.float32), eps).to(x.dtype) * w
+
+
+def fused(x, w, eps):  # noqa: ANN001, ANN201
+    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps)[0]
+
+
+def has_fused_kernel(device: torch.device) -> bool:
+    """Whether the installed PyTorch runs ``_fused_rms_norm`` on ``device`` as one kernel."""
+    key = BACKEND_KEYS.get(device.type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(FUSED, key)
+
+
+def fusable(match: Any) -> bool:
+    """A fused kernel exists for the input's device, and it computes what the graph does: a
+    weight of the normalised size and the input's dtype, and a number for eps."""
+    x, w = (match.kwargs[name].meta["val"] for name in ("x", "w"))
+    eps = match.kwargs.get("eps")
+    return (
+        isinstance(eps, (int, float))
+        and w.dim() == 1
+        and w.shape[0] == x.shape[-1]
+        and w.dtype == x.dtype
+        and has_fused_kernel(x.device)
+    )
+
+
+def register() -> None:
+    from npugraph_ex.passes.patterns import register_replacement
+
+    for dtype in (torch.float32, *LOW_PRECISION):
+        x, w = torch.randn(2, 8, dtype=dtype), torch.randn(8, dtype=dtype)
+        for search in (weight_first, weight_last):
+            register_replacement(
+                search,
+                fused,
+                [x, w, EPS],
+                extra_check=fusable,
+                scalar_workaround={"eps": EPS},
+            )

@@ -1,0 +1,168 @@
+"""The built-in RMSNorm pattern: the written-out norm becomes ``_fused_rms_norm`` on devices
+with a fused kernel, and stays as it is elsewhere.
+
+This CPU build of PyTorch has no fused kernel (``_fused_rms_norm`` is composite on CPU), so the
+cases where the pattern applies register one for CPU through ``torch.library`` while they run: a
+real kernel in the dispatcher, computing in float32 and rounding once, as CUDA's does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+import npugraph_ex
+from helpers import graphs_called
+from models import TINY_QWEN3, make_tiny_qwen3
+from npugraph_ex.config import Config
+from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.passes.patterns.rms_norm import has_fused_kernel
+from npugraph_ex.passes.remove_noop import remove_noop_ops
+
+aten = torch.ops.aten
+FUSED = aten._fused_rms_norm.default
+WRITTEN_OUT = ("aten.pow.Tensor_Scalar", "aten.mean.dim", "aten.rsqrt.default")
+HIDDEN = 16
+
+
+def fused_rms_norm_cpu(x, normalized_shape, weight, eps):  # noqa: ANN001, ANN201
+    dims = list(range(-len(normalized_shape), 0))
+    h = x.to(torch.float32)
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    rstd = torch.rsqrt(h.pow(2).mean(dims, keepdim=True) + eps)
+    out = h * rstd if weight is None else h * rstd * weight.to(torch.float32)
+    return out.to(x.dtype), rstd
+
+
+@contextlib.contextmanager
+def cpu_kernel_registered() -> Iterator[None]:
+    """A fused ``_fused_rms_norm`` kernel for CPU, inside the ``with`` block."""
+    assert not has_fused_kernel(torch.device("cpu")), "this PyTorch has a CPU kernel of its own"
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("_fused_rms_norm", fused_rms_norm_cpu, "CPU")
+    try:
+        assert has_fused_kernel(torch.device("cpu"))
+        yield
+    finally:
+        library._destroy()
+
+
+@pytest.fixture
+def cpu_fused_kernel() -> Iterator[None]:
+    with cpu_kernel_registered():
+        yield
+
+
+class RMSNorm(nn.Module):
+    """As Hugging Face writes it (``Qwen3RMSNorm``), with the weight on either side, its shape
+    and dtype, and the reduced dimension open to change for the negative cases."""
+
+    def __init__(self, weight: torch.Tensor, *, weight_first: bool = True, dim: int = -1):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.weight_first = weight_first
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(self.dim, keepdim=True) + 1e-6)
+        h = h.to(x.dtype)
+        return self.weight * h if self.weight_first else h * self.weight
+
+
+def norm_and_input(dtype: torch.dtype, **options) -> tuple[RMSNorm, torch.Tensor]:
+    weight = torch.rand(HIDDEN, dtype=dtype) + 0.5
+    return RMSNorm(weight, **options).eval(), torch.randn(3, 5, HIDDEN, dtype=dtype)
+
+
+def fused_graph(traced, module: nn.Module, x: torch.Tensor):
+    graph = traced(module, x)
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    return graph
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("weight_first", [True, False])
+def test_the_written_out_norm_becomes_one_kernel(
+    traced, cpu_fused_kernel, dtype, weight_first
+) -> None:
+    norm, x = norm_and_input(dtype, weight_first=weight_first)
+    graph = fused_graph(traced, norm, x)
+    counts = graph.op_counts()
+    assert graph.count(FUSED) == 1
+    assert sum(counts[name] for name in (*WRITTEN_OUT, "aten.mul.Tensor")) == 0
+    assert counts["aten._to_copy.default"] == 0
+    (node,) = [n for n in graph.gm.graph.nodes if n.target is FUSED]
+    assert node.args[1] == [HIDDEN] and node.args[3] == 1e-6
+
+
+def test_it_is_left_alone_where_the_device_has_no_fused_kernel(traced) -> None:
+    norm, x = norm_and_input(torch.float32)
+    graph = traced(norm, x)
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    before = graph.op_counts()
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.op_counts() == before and graph.count(FUSED) == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["weight broadcast over more dims", "weight of another dtype", "not the last dim"],
+)
+def test_what_the_kernel_would_compute_differently_is_not_matched(
+    traced, cpu_fused_kernel, case
+) -> None:
+    norm, x = norm_and_input(torch.float32)
+    if case == "weight broadcast over more dims":
+        norm = RMSNorm(torch.rand(1, 1, HIDDEN) + 0.5)
+    elif case == "weight of another dtype":
+        norm, x = RMSNorm(torch.rand(HIDDEN) + 0.5), x.to(torch.bfloat16)
+    else:
+        norm = RMSNorm(torch.rand(5, 1) + 0.5, dim=1)
+    graph = fused_graph(traced, norm, x)
+    assert graph.count(FUSED) == 0
+    assert all(graph.op_counts()[name] == 1 for name in WRITTEN_OUT)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tolerance"),
+    [(torch.float32, dict(rtol=1e-6, atol=1e-6)), (torch.bfloat16, dict(rtol=2**-7, atol=0))],
+)
+@torch.no_grad()
+def test_replays_are_within_the_documented_tolerance(cpu_fused_kernel, dtype, tolerance) -> None:
+    norm, _ = norm_and_input(dtype)
+    compiled = torch.compile(norm, backend="npugraph_ex", fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(3, 5, HIDDEN, dtype=dtype) * 4
+        torch.testing.assert_close(compiled(x), norm(x), **tolerance)
+
+
+def kernels_per_replay(ids: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Kernels the tiny Qwen3's captured forward replays, and its logits."""
+    torch._dynamo.reset()
+    npugraph_ex.reset_stats()
+    compiled = torch.compile(make_tiny_qwen3(), backend="npugraph_ex", fullgraph=True)
+    logits = compiled(input_ids=ids).logits
+    (graph,) = graphs_called()
+    (key,) = graph["keys"].values()
+    return key["kernels"], logits
+
+
+@torch.no_grad()
+def test_every_norm_of_a_qwen3_model_is_fused() -> None:
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    written_out, _ = kernels_per_replay(ids)
+    with cpu_kernel_registered():
+        fused, logits = kernels_per_replay(ids)
+    # Per layer: input, post-attention, query and key norms; then the final norm. Six kernels
+    # each (float32: no casts) become one.
+    norms = 4 * TINY_QWEN3["num_hidden_layers"] + 1
+    assert written_out - fused == 5 * norms
+    expected = make_tiny_qwen3()(input_ids=ids).logits
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
