@@ -47,6 +47,7 @@ def test_views_are_not_replayed_and_outputs_keep_their_addresses() -> None:
     graph = capture(linear_relu_views, x, w)
     assert graph.kernel_count == 4  # mm, relu, mul, add; view, t and slice alias fixed memory
     assert graph.step_kinds == {"out": 4}
+    assert graph.step_names == ["aten.mm.out", "aten.relu.out", "aten.mul.out", "aten.add.out"]
     addresses = [o.data_ptr() for o in graph.outputs]
     x.copy_(torch.randn(4, 8))  # a new value in the captured input's memory
     graph.replay()

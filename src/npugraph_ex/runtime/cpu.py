@@ -62,6 +62,11 @@ class CpuGraph(CapturedGraph):
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
             for fn, args, kwargs in recorder.steps
         ]
+        self.step_names = [
+            str(fn) if isinstance(fn, OpOverload) else fn.__qualname__
+            for fn, _, _ in recorder.steps
+        ]
+        """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
@@ -93,6 +98,7 @@ class CpuGraph(CapturedGraph):
         if self.placed is not None:
             self.placed.leave()
         self.steps = []
+        self.step_names = []
         self.outputs = []
         self.unplaced = None
         self._pool_bytes = 0
