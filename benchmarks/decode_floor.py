@@ -23,19 +23,15 @@ from typing import Any
 
 import torch
 from common import (
-    add_common_args,
-    apply_threads,
     environment,
     environment_line,
     format_table,
     interleaved,
     median,
     scaled,
-    settings_of,
     spread,
-    write_json,
 )
-from qwen3_decode_step import add_step_args, build, each_preset, step_block
+from qwen3_decode_step import add_step_args, build, parse_step_args, run_and_record, step_block
 
 NAME = "decode_floor"
 
@@ -101,19 +97,11 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     add_step_args(parser)
-    add_common_args(parser, NAME, repeats=15)
-    args = parser.parse_args(argv)
-    if not 0 < args.steps < args.max_cache_len:
-        parser.error("--steps must be >= 1 and < --max-cache-len")
-    return args
+    return parse_step_args(parser, argv, NAME, repeats=15)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    apply_threads(args.threads)
-    results = each_preset(args, run_preset)
-    report(results, args)
-    write_json(args.out, NAME, settings_of(args), results)
+    run_and_record(parse_args(argv), NAME, run_preset, report)
 
 
 if __name__ == "__main__":

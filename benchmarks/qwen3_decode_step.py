@@ -434,6 +434,32 @@ def each_preset(
         return [run(preset, args) for preset in presets]
 
 
+def parse_step_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, name: str, repeats: int
+) -> argparse.Namespace:
+    """Parse a step benchmark's arguments (``add_step_args`` already added, and its own), with the
+    common ones; ``--steps`` must fit in the cache."""
+    add_common_args(parser, name, repeats=repeats)
+    args = parser.parse_args(argv)
+    if not 0 < args.steps < args.max_cache_len:
+        parser.error("--steps must be >= 1 and < --max-cache-len")
+    return args
+
+
+def run_and_record(
+    args: argparse.Namespace,
+    name: str,
+    run: Callable[[str, argparse.Namespace], dict[str, Any]],
+    report: Callable[[list[dict[str, Any]], argparse.Namespace], None],
+) -> list[dict[str, Any]]:
+    """``run`` each preset, print the ``report``, write the JSON record; the results."""
+    apply_threads(args.threads)
+    results = each_preset(args, run)
+    report(results, args)
+    write_json(args.out, name, settings_of(args), results)
+    return results
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     add_step_args(parser)
@@ -451,19 +477,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also time the step with static_kernel_compile (compiles through Inductor)",
     )
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here")
-    add_common_args(parser, NAME, repeats=15)
-    args = parser.parse_args(argv)
-    if not 0 < args.steps < args.max_cache_len or args.check_steps >= args.max_cache_len:
-        parser.error("--steps and --check-steps must be >= 1 and < --max-cache-len")
+    args = parse_step_args(parser, argv, NAME, repeats=15)
+    if not 0 < args.check_steps < args.max_cache_len:
+        parser.error("--check-steps must be >= 1 and < --max-cache-len")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    apply_threads(args.threads)
-    results = each_preset(args, run_preset)
-    report(results, args)
-    write_json(args.out, NAME, settings_of(args), results)
+    results = run_and_record(args, NAME, run_preset, report)
     if args.plot is not None:
         plot(results, args.plot, args)
 

@@ -20,17 +20,13 @@ from typing import Any
 
 import torch
 from common import (
-    add_common_args,
-    apply_threads,
     captured_graph,
     environment,
     environment_line,
     format_table,
     median,
-    settings_of,
-    write_json,
 )
-from qwen3_decode_step import add_step_args, build, each_preset
+from qwen3_decode_step import add_step_args, build, parse_step_args, run_and_record
 
 from npugraph_ex.bench.graphs import live_graph_numbers
 
@@ -132,19 +128,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_step_args(parser)
     parser.add_argument("--calls", type=int, default=50, help="calls per step when timed alone")
     parser.add_argument("--top", type=int, default=12, help="ops listed (the rest are summed)")
-    add_common_args(parser, NAME, repeats=5)
-    args = parser.parse_args(argv)
-    if not 0 < args.steps < args.max_cache_len:
-        parser.error("--steps must be >= 1 and < --max-cache-len")
-    return args
+    return parse_step_args(parser, argv, NAME, repeats=5)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    apply_threads(args.threads)
-    results = each_preset(args, run_preset)
-    report(results, args)
-    write_json(args.out, NAME, settings_of(args), results)
+    run_and_record(parse_args(argv), NAME, run_preset, report)
 
 
 if __name__ == "__main__":
