@@ -49,7 +49,12 @@ def made_only_for(node: Any, cat: torch.fx.Node) -> bool:
 
 def skipped_by_cat(value: Any, result: Any) -> bool:
     """A 1-d empty tensor among inputs of more dims: ``cat`` skips it (an empty cache's start)."""
-    return value.dim() == 1 and value.shape[0] == 0 and result.dim() != 1
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 1
+        and value.shape[0] == 0
+        and result.dim() != 1
+    )
 
 
 def cat_parts(cat: torch.fx.Node) -> tuple[list[Any], int] | None:
