@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,16 +25,15 @@ from common import (
     environment,
     environment_line,
     format_table,
+    live_graph_numbers,
     median,
 )
 from qwen3_decode_step import add_step_args, build, parse_step_args, run_and_record
 
-from npugraph_ex.bench.graphs import live_graph_numbers
-
 NAME = "replay_kernel_times"
 
 
-def in_sequence(graph: Any, reset: Any, steps: int) -> tuple[list[float], float]:
+def in_sequence(graph: Any, reset: Callable[[], Any], steps: int) -> tuple[list[float], float]:
     """Seconds per replay spent in each step, with ``steps`` replays from an empty cache."""
     clock = time.perf_counter
     spent = [0.0] * len(graph.steps)
@@ -49,7 +49,7 @@ def in_sequence(graph: Any, reset: Any, steps: int) -> tuple[list[float], float]
     return [s / steps for s in spent], wall
 
 
-def alone(graph: Any, reset: Any, calls: int) -> list[float]:
+def alone(graph: Any, reset: Callable[[], Any], calls: int) -> list[float]:
     """Seconds per call of each step called ``calls`` times back to back (cache reset first, so
     steps that advance a position stay in range)."""
     times = []

@@ -22,6 +22,14 @@ def graphs_called() -> list[dict[str, Any]]:
     ]
 
 
+def kernels_per_replay() -> int:
+    """Kernels per replay of the one captured key of the one graph called since the last
+    ``reset_stats()``."""
+    (graph,) = graphs_called()
+    (key,) = graph["keys"].values()
+    return key["kernels"]
+
+
 def assert_same(actual: torch.Tensor, expected: torch.Tensor, device: str) -> None:
     """Bit-identical on CPU (the contract there); within float tolerance on other devices."""
     if device == "cpu":

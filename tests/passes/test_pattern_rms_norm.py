@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import npugraph_ex
-from helpers import graphs_called
+from helpers import kernels_per_replay
 from models import TINY_QWEN3, make_tiny_qwen3
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
@@ -143,23 +143,21 @@ def test_replays_are_within_the_documented_tolerance(cpu_fused_kernel, dtype, to
         torch.testing.assert_close(compiled(x), norm(x), **tolerance)
 
 
-def kernels_per_replay(ids: torch.Tensor) -> tuple[int, torch.Tensor]:
+def qwen3_kernels_and_logits(ids: torch.Tensor) -> tuple[int, torch.Tensor]:
     """Kernels the tiny Qwen3's captured forward replays, and its logits."""
     torch._dynamo.reset()
     npugraph_ex.reset_stats()
     compiled = torch.compile(make_tiny_qwen3(), backend="npugraph_ex", fullgraph=True)
     logits = compiled(input_ids=ids).logits
-    (graph,) = graphs_called()
-    (key,) = graph["keys"].values()
-    return key["kernels"], logits
+    return kernels_per_replay(), logits
 
 
 @torch.no_grad()
 def test_every_norm_of_a_qwen3_model_is_fused() -> None:
     ids = torch.tensor([[3, 1, 4, 1, 5]])
-    written_out, _ = kernels_per_replay(ids)
+    written_out, _ = qwen3_kernels_and_logits(ids)
     with cpu_kernel_registered():
-        fused, logits = kernels_per_replay(ids)
+        fused, logits = qwen3_kernels_and_logits(ids)
     # Per layer: input, post-attention, query and key norms; then the final norm. Six kernels
     # each (float32: no casts) become one.
     norms = 4 * TINY_QWEN3["num_hidden_layers"] + 1
