@@ -22,6 +22,21 @@ def graphs_called() -> list[dict[str, Any]]:
     ]
 
 
+class GraphRecorder:
+    """A ``post_grad_custom_pre_pass`` / ``post_grad_custom_post_pass`` that keeps every graph it
+    is given (the graph itself: later passes go on changing it)."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
+        self.graphs.append(gm)
+
+    def only(self) -> torch.fx.Graph:
+        (gm,) = self.graphs
+        return gm.graph
+
+
 def kernels_per_replay() -> int:
     """Kernels per replay of the one captured key of the one graph called since the last
     ``reset_stats()``."""

@@ -2,7 +2,8 @@
 
 AOTAutograd lifts parameters and buffers to inputs (marking them static), functionalises the
 graph and keeps input mutations in it (``keep_inference_input_mutations=True``), so a KV-cache
-write is a ``copy_`` into the caller's tensor inside the graph.
+write is a ``copy_`` into the caller's tensor inside the graph. Before that, Python floats the model
+holds become guarded constants (``model_floats``), which may send Dynamo to trace the frame again.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from npugraph_ex.compiler import compile_eagerly, compile_graph
 from npugraph_ex.config import Config
+from npugraph_ex.model_floats import specialise_model_floats
 
 
 def npugraph_ex_backend(
@@ -35,6 +37,7 @@ def npugraph_ex_backend(
         from torch._inductor.compile_fx import compile_fx as inductor_compile
 
         return inductor_compile(gm, example_inputs, config_patches={"max_autotune": True})
+    specialise_model_floats(gm)
     return aot_module_simplified(
         gm,
         example_inputs,

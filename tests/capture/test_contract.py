@@ -186,6 +186,24 @@ def test_capture_limit_keeps_replaying_captured_keys(
 
 
 @torch.no_grad()
+def test_a_new_graph_warns_at_its_limit_after_an_older_one_is_gone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def fn(x):
+        return x.sin() * 2
+
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for _ in range(2):
+            graph = compiled(fn, capture_limit=1)
+            for rows in (2, 3):
+                graph(torch.randn(rows, 3))
+            del graph
+            torch._dynamo.reset()  # the graph and its capture manager are gone
+    limit_warnings = [r for r in caplog.records if "capture_limit=1" in r.getMessage()]
+    assert len(limit_warnings) == 2
+
+
+@torch.no_grad()
 def test_force_eager_never_captures(device: str) -> None:
     w, b = torch.randn(8, 16, device=device), torch.randn(16, device=device)
     fn = compiled(mixed_ops, force_eager=True)

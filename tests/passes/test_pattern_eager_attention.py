@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import kernels_per_replay
+from helpers import GraphRecorder, kernels_per_replay
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.remove_noop import remove_noop_ops
 
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+TOLERANCE = dict(atol=1e-5, rtol=1e-5)
+"""Fused against written-out attention on unit-scale float32 values (measured: under 1e-6)."""
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -98,8 +102,8 @@ def test_a_qwen3_with_eager_attention_runs_fused_within_tolerance(tiny_qwen3_con
 
 @torch.no_grad()
 def test_a_growing_sequence_with_dynamic_shapes_decodes_the_same_tokens(tiny_qwen3_config) -> None:
-    # With dynamic shapes the graph scales the scores by a 0-d tensor, which the fused kernel
-    # cannot take as its scale: the pattern must refuse that match, not fail the compile.
+    # With dynamic shapes the sizes in the pattern are symbolic, and the scale, a float the model
+    # holds, is traced as a constant (npugraph_ex.model_floats), so the fused kernel takes it.
     model = tiny_qwen3_config(attn_implementation="eager")
     step = torch.compile(
         lambda ids: model(input_ids=ids, use_cache=False).logits,
@@ -114,3 +118,98 @@ def test_a_growing_sequence_with_dynamic_shapes_decodes_the_same_tokens(tiny_qwe
         ids = torch.cat([ids, logits[:, -1:].argmax(-1)], 1)
         eager_ids = torch.cat([eager_ids, expected[:, -1:].argmax(-1)], 1)
     assert torch.equal(ids, eager_ids)
+
+
+def eager_attention_scaled_by(q, k, v, scale):  # noqa: ANN001, ANN201
+    weights = F.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, dim=-1, dtype=torch.float32)
+    return torch.matmul(weights.to(q.dtype), v)
+
+
+@torch.no_grad()
+def test_a_scale_passed_in_as_an_argument_is_refused_not_fatal() -> None:
+    # A float argument stays an input (a 0-d tensor, the value may change per call), which the
+    # fused kernel cannot take as its scale: the match is refused, results stay exact.
+    recorder = GraphRecorder()
+    compiled = torch.compile(
+        eager_attention_scaled_by,
+        backend="npugraph_ex",
+        dynamic=True,
+        options={"post_grad_custom_post_pass": recorder},
+    )
+    q, k, v, _ = inputs(heads=4, kv_heads=4)
+    for scale in (0.25, 0.5):
+        assert torch.equal(compiled(q, k, v, scale), eager_attention_scaled_by(q, k, v, scale))
+    counts = Counter(str(node.target) for node in recorder.only().nodes)
+    assert counts["aten._softmax.default"] == 1 and counts[str(FLASH)] == 0
+
+
+def test_both_spellings_of_the_key_transpose_match(traced) -> None:
+    q, k, v, _ = inputs(heads=4, kv_heads=4)
+    graph = traced(lambda *a: eager_attention_scaled_by(*a, 0.25), q, k, v)
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.op_counts()[str(FLASH)] == 1
+
+
+def attention_without_scale(q, k, v, mask):  # noqa: ANN001, ANN201
+    weights = F.softmax(torch.matmul(q, k.transpose(2, 3)) + mask, dim=-1, dtype=torch.float32)
+    return torch.matmul(weights.to(q.dtype), v)
+
+
+def test_attention_without_a_scale_becomes_one_kernel(traced) -> None:
+    graph = traced(attention_without_scale, *inputs(heads=4, kv_heads=4))
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.op_counts()[str(FLASH)] == 1
+    (fused,) = graph.gm.graph.find_nodes(op="call_function", target=FLASH)
+    assert fused.kwargs["scale"] == 1.0
+
+
+def hugging_face_model(name: str) -> torch.nn.Module:
+    """One layer of a Hugging Face architecture with ``eager`` attention, random weights."""
+    import transformers as hf
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=128)
+    configs = {
+        "gpt2": lambda: hf.GPT2LMHeadModel(
+            hf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, n_positions=64)
+        ),
+        "llama": lambda: hf.LlamaForCausalLM(
+            hf.LlamaConfig(**small, num_attention_heads=4, num_key_value_heads=2)
+        ),
+        "bert": lambda: hf.BertModel(hf.BertConfig(**small, num_attention_heads=2)),
+        "opt": lambda: hf.OPTForCausalLM(
+            hf.OPTConfig(**small, ffn_dim=64, num_attention_heads=2, word_embed_proj_dim=32)
+        ),
+        "t5": lambda: hf.T5EncoderModel(
+            hf.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16, vocab_size=128)
+        ),
+    }
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = configs[name]()
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "opt", "t5"])
+def test_hugging_face_eager_attention_is_fused_with_dynamic_shapes(name: str) -> None:
+    # gpt2 transposes the key with (-1, -2); llama repeats K/V heads; bert masks padding, not
+    # the future; opt scales the query before the product; t5 adds a position bias, no scale.
+    torch._dynamo.reset()
+    model, recorder = hugging_face_model(name), GraphRecorder()
+    compiled = torch.compile(
+        model,
+        backend="npugraph_ex",
+        dynamic=True,
+        options={"post_grad_custom_post_pass": recorder},
+    )
+    extra = {} if name in ("bert", "t5") else {"use_cache": False}
+    for length in (5, 7):
+        ids = torch.randint(1, 128, (1, length), generator=torch.Generator().manual_seed(length))
+        expected = model(input_ids=ids, **extra)[0]
+        torch.testing.assert_close(compiled(input_ids=ids, **extra)[0], expected, **TOLERANCE)
+    counts = Counter(str(node.target) for node in recorder.only().nodes)
+    assert counts[str(FLASH)] == 1
+    assert counts["aten._softmax.default"] == 0

@@ -143,21 +143,25 @@ def test_replays_are_within_the_documented_tolerance(cpu_fused_kernel, dtype, to
         torch.testing.assert_close(compiled(x), norm(x), **tolerance)
 
 
-def qwen3_kernels_and_logits(ids: torch.Tensor) -> tuple[int, torch.Tensor]:
+def qwen3_kernels_and_logits(ids: torch.Tensor, dynamic: bool) -> tuple[int, torch.Tensor]:
     """Kernels the tiny Qwen3's captured forward replays, and its logits."""
     torch._dynamo.reset()
     npugraph_ex.reset_stats()
-    compiled = torch.compile(make_tiny_qwen3(), backend="npugraph_ex", fullgraph=True)
+    model = make_tiny_qwen3()
+    compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=dynamic)
     logits = compiled(input_ids=ids).logits
     return kernels_per_replay(), logits
 
 
 @torch.no_grad()
-def test_every_norm_of_a_qwen3_model_is_fused() -> None:
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_every_norm_of_a_qwen3_model_is_fused(dynamic: bool) -> None:
+    # dynamic=True: Dynamo would pass each norm's eps as a tensor input, which the fused kernel
+    # cannot take; the backend has them traced as constants (npugraph_ex.model_floats).
     ids = torch.tensor([[3, 1, 4, 1, 5]])
-    written_out, _ = qwen3_kernels_and_logits(ids)
+    written_out, _ = qwen3_kernels_and_logits(ids, dynamic)
     with cpu_kernel_registered():
-        fused, logits = qwen3_kernels_and_logits(ids)
+        fused, logits = qwen3_kernels_and_logits(ids, dynamic)
     # Per layer: input, post-attention, query and key norms; then the final norm. Six kernels
     # each (float32: no casts) become one.
     norms = 4 * TINY_QWEN3["num_hidden_layers"] + 1

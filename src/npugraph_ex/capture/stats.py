@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -55,12 +56,16 @@ class GraphStats:
 LIVE_GRAPHS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 """Capture managers by creation order; each exposes ``.stats``."""
 
+GRAPH_NUMBERS = itertools.count()
+"""Sequence numbers, never reused: a number names one manager for the life of the process
+(messages logged once per graph, and ``managers_since``, rely on it)."""
+
 TOTAL_KEYS = ("captures", "replays")
 
 
 def register(manager: Any) -> int:
     """Remember a capture manager for ``stats()``; returns its sequence number."""
-    number = max(LIVE_GRAPHS.keys(), default=-1) + 1
+    number = next(GRAPH_NUMBERS)
     LIVE_GRAPHS[number] = manager
     return number
 

@@ -15,11 +15,11 @@ from typing import Any
 import torch.fx
 
 from npugraph_ex.config import Config
-from npugraph_ex.passes.patterns import canonical_views, register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import canonical_spellings, register_builtin_patterns, registry
 
 
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
-    canonical_views(gm.graph)
+    canonical_spellings(gm.graph)
     if registry().apply(gm.graph):
         gm.graph.eliminate_dead_code()

@@ -33,19 +33,40 @@ def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> t
     with torch.no_grad():
         gm = make_fx(fn, tracing_mode="real")(*args)
     remove_noop_ops(gm, args, Config())
-    canonical_views(gm.graph)
+    canonical_spellings(gm.graph)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
 
 
-def canonical_views(graph: torch.fx.Graph) -> None:
-    """``_unsafe_view`` becomes ``view``: tracers differ in which one a reshape of a fresh tensor
-    gives (``make_fx`` one, AOTAutograd's functionalisation the other), and both alias the same
-    memory, so patterns and graphs are compared in one spelling."""
+def canonical_spellings(graph: torch.fx.Graph) -> None:
+    """Write ops that have two spellings one way, so patterns and graphs compare equal.
+
+    - ``_unsafe_view`` becomes ``view``: tracers differ in which one a reshape of a fresh tensor
+      gives (``make_fx`` one, AOTAutograd's functionalisation the other), and both alias the same
+      memory.
+    - ``transpose(x, -1, -2)`` becomes ``transpose(x, 2, 3)`` on a 4-d ``x``: dims non-negative
+      and in ascending order (models write both; the matcher compares arguments literally).
+    """
     for node in graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten._unsafe_view.default:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten._unsafe_view.default:
             node.target = torch.ops.aten.view.default
+        elif node.target is torch.ops.aten.transpose.int and len(node.args) == 3:
+            node.args = (node.args[0], *transpose_dims(node))
+
+
+def transpose_dims(node: torch.fx.Node) -> tuple[int, int]:
+    """The two dims of a ``transpose.int`` node, non-negative and ascending where its input's
+    rank is known (as written otherwise)."""
+    source, first, second = node.args
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return first, second
+    rank = max(value.dim(), 1)
+    first, second = first % rank, second % rank
+    return min(first, second), max(first, second)
 
 
 @functools.cache

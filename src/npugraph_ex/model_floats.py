@@ -1,0 +1,108 @@
+"""Python floats a model holds become constants of its graph, guarded by Dynamo.
+
+With ``dynamic=True`` Dynamo passes every Python float it reads as a 0-d float64 tensor input,
+created anew on every call: an RMSNorm's ``variance_epsilon``, an attention's ``scaling``, a
+rotary embedding's ``attention_scaling`` (23 of them in a 4-layer Qwen3). The graph then adds or
+multiplies by a tensor where it would use a number, so:
+
+- patterns whose fused kernel takes the number (``_fused_rms_norm``'s ``eps``,
+  ``scaled_dot_product_attention``'s ``scale``) cannot match;
+- each replay copies those scalars in and converts them, kernels the constant form does not have;
+- a device graph would read a host scalar, whose value capture freezes.
+
+So before AOTAutograd runs, the backend asks Dynamo to trace the frame again with those floats
+specialised (``TensorifyState``, the mechanism Inductor uses for floats it cannot compile): each
+becomes a constant of the graph and Dynamo guards its value, so changing it recompiles rather
+than replaying a stale value. Floats passed as arguments of the compiled function (directly or
+inside a list, tuple or dict argument) are data, not configuration: they stay inputs.
+
+    before: %eps: f64[] = placeholder;  %e = item(%eps);  %y = add(%var, %e)
+    after:  %y = add(%var, 1e-06)        (guard: L['self'].norm.variance_epsilon == 1e-06)
+
+``TensorifyState`` is process-wide and keyed by Dynamo's symbol names (``zf0``, ``zf1``...), so
+a frame compiled later in the same process by any backend also specialises the floats that get
+those names; specialising is always correct (the value is guarded), it only trades a recompile
+on a new value for the tensor input.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch.fx
+from torch._dynamo import source as dynamo_sources
+from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+from torch._dynamo.symbolic_convert import TensorifyState
+
+from npugraph_ex.debug.once import log_once
+
+log = logging.getLogger(__name__)
+
+CONTAINER_SOURCES = (
+    dynamo_sources.FloatTensorSource,
+    dynamo_sources.GetItemSource,
+    dynamo_sources.DictGetItemSource,
+    dynamo_sources.DictSubclassGetItemSource,
+)
+"""Steps of a source chain that stay inside an argument: an item of a list, tuple or dict."""
+
+
+def read_from_an_object(source: dynamo_sources.Source) -> bool:
+    """Whether a float came from an attribute or a global, not from the arguments themselves."""
+    while isinstance(source, dynamo_sources.ChainedSource):
+        if not isinstance(source, CONTAINER_SOURCES):
+            return True
+        source = source.base
+    return not isinstance(source, dynamo_sources.LocalSource)
+
+
+def float_symbol(node: torch.fx.Node) -> str | None:
+    """The symbol (``zf0``) of a placeholder Dynamo made from a Python float, else None.
+
+    Dynamo's float inputs are 0-d tensors whose only users are ``item()`` calls, the form its
+    own specialisation step (``OutputGraph.remove_tensorify_specialized_graphargs``) rewrites.
+    """
+    value = node.meta.get("example_value")
+    memo = getattr(value, "item_memo", None)
+    if memo is None or not all(user.target == "item" for user in node.users):
+        return None
+    symbol = getattr(memo.node, "_expr", None)
+    return getattr(symbol, "name", None)
+
+
+def model_float_symbols(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """Symbol -> source name of every float input read from an object, not yet specialised."""
+    found = {}
+    for node in gm.graph.find_nodes(op="placeholder"):
+        graph_arg = node.meta.get("grapharg")
+        symbol = float_symbol(node)
+        if graph_arg is None or symbol is None or TensorifyState.should_specialize(symbol):
+            continue
+        if read_from_an_object(graph_arg.source):
+            found[symbol] = graph_arg.source.name
+    return found
+
+
+def specialise_model_floats(gm: torch.fx.GraphModule) -> None:
+    """Have Dynamo retrace the frame with the model's floats as guarded constants.
+
+    Returns when there is nothing to specialise, so the second trace (or a float Dynamo kept as
+    an input anyway) goes on to compile: never a restart loop.
+    """
+    symbols = model_float_symbols(gm)
+    if not symbols:
+        return
+    for symbol in symbols:
+        TensorifyState.specialize(symbol)
+    names = sorted(symbols.values())
+    log_once(
+        log,
+        logging.INFO,
+        ("model floats", tuple(names)),
+        "npugraph_ex: %d Python floats read from the model become guarded constants (%s%s); "
+        "Dynamo traces the frame again",
+        len(names),
+        names[0],
+        f" and {len(names) - 1} more" if len(names) > 1 else "",
+    )
+    raise TensorifyScalarRestartAnalysis
