@@ -265,3 +265,50 @@ def test_growing_sequence_is_the_same_with_pools_shared_or_per_key(
         assert torch.equal(a, b)
     assert (shared["pools"], own["pools"]) == (1, NEW_TOKENS)
     assert shared["pool_bytes"] < own["pool_bytes"] / 2
+
+
+def generate_settings() -> dict[str, Any]:
+    return dict(max_new_tokens=NEW_TOKENS, do_sample=False)
+
+
+def test_hugging_face_generate_with_a_static_cache_recaptures_once_per_call(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    # The way Hugging Face documents torch.compile: compile the forward, let generate() drive it.
+    # generate() makes a new StaticCache per call, so the KV tensors the graphs write move and
+    # both keys (prefill, one-token step) are captured again once per call, then replayed.
+    model = tiny_qwen3_config().to(device)
+    settings = {**generate_settings(), "cache_implementation": "static"}
+    prompts = two_prompts(model, device)
+    expected = [model.generate(prompt, **settings) for prompt in prompts]
+    npugraph_ex.reset_stats()
+    model.forward = torch.compile(model.forward, backend="npugraph_ex", fullgraph=True)
+    for prompt, want in zip(prompts, expected, strict=True):
+        assert torch.equal(model.generate(prompt, **settings), want)
+    prefill, step = graphs_called()
+    assert prefill["recaptures"] == step["recaptures"] == {"mutated input moved": 1}
+    assert (prefill["captures"], step["captures"]) == (2, 2)
+    assert (prefill["replays"], step["replays"]) == (0, 2 * (NEW_TOKENS - 2))
+
+
+def test_hugging_face_generate_replays_a_cache_the_caller_keeps(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    model = tiny_qwen3_config().to(device)
+    prompts = [prompt_ids(model, device, seed=seed) for seed in range(3)]
+    expected = [
+        model.generate(p, **generate_settings(), cache_implementation="static") for p in prompts
+    ]
+    cache = transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    model.forward = torch.compile(model.forward, backend="npugraph_ex", fullgraph=True)
+    npugraph_ex.reset_stats()
+    for prompt, want in zip(prompts, expected, strict=True):
+        cache.reset()  # zeroed in place: the KV tensors keep their addresses
+        before = counts()
+        assert torch.equal(
+            model.generate(prompt, **generate_settings(), past_key_values=cache), want
+        )
+        done = counts() - before
+    assert counts()["recaptures"] == 0 and counts()["eager_calls"] == 0
+    assert done == Counter(replays=NEW_TOKENS)  # the last prompt: prefill and every step replay
