@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from npugraph_ex.bench.environment import (
     apply_threads,
     cpu_model,
@@ -54,6 +56,7 @@ __all__ = [
     "settings_of",
     "source_commit",
     "spread",
+    "step_loop",
     "time_calls",
     "write_json",
 ]
@@ -71,6 +74,21 @@ def captured_graph(before: set[int]) -> tuple[Any, Any]:
         raise RuntimeError(f"expected one captured graph with one key, found keys {keys}")
     manager = live[0]
     return manager, next(iter(manager.entries.values())).graph
+
+
+def step_loop(graph: Any) -> Callable[[], None]:
+    """A CPU graph's recorded steps run by a plain loop over ``(fn, args, kwargs)``: the same
+    kernels on the same tensors as ``graph.replay()``, without its generated function
+    (``npugraph_ex/runtime/cpu_program.py``). Call after a replay of the graph's key, so its
+    memory is in place."""
+    steps = list(graph.steps)
+
+    def run() -> None:
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            for fn, args, kwargs in steps:
+                fn(*args, **kwargs)
+
+    return run
 
 
 def aten_self_times(fn: Callable[[], Any], calls: int) -> tuple[dict[str, float], float]:

@@ -8,6 +8,8 @@ weights, timed four ways in one interleaved loop:
 - capture manager: the graph's capture manager called directly, as the wrappers call it;
 - replay-only: the captured graph's bare ``replay()``, found through the capture manager; the gap
   between it and npugraph_ex is what Dynamo's guards and the wrappers around the graph cost;
+- step loop: the same recorded steps run by a plain Python loop instead of the replay's generated
+  function, which shows what generating it saves;
 - with ``--static-kernels``, the same three for the step compiled with ``static_kernel_compile``
   (its bare call runs the key's Inductor kernels).
 
@@ -46,6 +48,7 @@ from common import (
     scaled,
     settings_of,
     spread,
+    step_loop,
     write_json,
 )
 from transformers import Qwen3Config, Qwen3ForCausalLM, StaticCache
@@ -263,6 +266,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
         "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
         "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
         "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
+        "step loop": bare_block(step_loop(graph), compiled_cache, args.steps),
         "replay-only, no passes": bare_block(
             unoptimised_graph.replay, unoptimised_cache, args.steps
         ),
@@ -314,6 +318,7 @@ TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "eager ms": lambda r: r["median_ms"]["eager"],
     "npugraph_ex ms": lambda r: r["median_ms"]["npugraph_ex"],
     "replay-only ms": lambda r: r["median_ms"]["replay-only"],
+    "step loop ms": lambda r: r["median_ms"]["step loop"],
     "kernel share": lambda r: f"{profile_shares(r)[0]:.0%}",
     "matmul share": lambda r: f"{profile_shares(r)[1]:.0%}",
     "speed-up": lambda r: f"{r['median_ms']['eager'] / r['median_ms']['npugraph_ex']:.2f}x",

@@ -9,6 +9,8 @@ almost all host overhead. Timed in one interleaved loop, per call of the chain:
 - capture manager: the capture manager called directly, as the wrappers call it (graph-key lookup,
   copies of the inputs into the graph's static buffers, replay);
 - replay-only: the captured graph's bare ``replay()``;
+- step loop: the same recorded steps run by a plain Python loop instead of the replay's generated
+  function;
 - kernels: the sum of the chain's kernels each timed alone in a tight loop through the public
   out= API (``torch.add(a, b, out=c)``; relu as ``torch.clamp_min(a, 0, out=c)``, the kernel
   relu runs), i.e. the least a Python caller can pay to run each kernel once;
@@ -42,6 +44,7 @@ from common import (
     scaled,
     settings_of,
     spread,
+    step_loop,
     time_calls,
     write_json,
 )
@@ -117,6 +120,7 @@ def run_chain(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "npugraph_ex": calls_block(lambda: compiled(x, y), calls),
         "capture manager": calls_block(lambda: manager([x, y]), calls),
         "replay-only": calls_block(graph.replay, calls),
+        "step loop": calls_block(step_loop(graph), calls),
         "kernels": kernels_block(n, args.numel, args.kernel_iters),
         "kernels (profiler)": profiler_block(graph, profiled),
     }
@@ -177,6 +181,7 @@ TIMING_COLUMNS = {
     "npugraph_ex us": lambda r: r["median_us"]["npugraph_ex"],
     "manager us": lambda r: r["median_us"]["capture manager"],
     "replay-only us": lambda r: r["median_us"]["replay-only"],
+    "step loop us": lambda r: r["median_us"]["step loop"],
     "kernels us": lambda r: r["median_us"]["kernels"],
     "kernels (profiler) us": lambda r: r["median_us"]["kernels (profiler)"],
     "speed-up": lambda r: f"{r['median_us']['eager'] / r['median_us']['npugraph_ex']:.2f}x",

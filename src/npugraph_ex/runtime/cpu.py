@@ -5,7 +5,8 @@ tensors it reads and writes, and keeps every tensor it produces alive, so no two
 graph share an address by accident. The storages it made then move into a pool, where tensors
 that are never live together share bytes (``cpu_memory``, ``cpu_pool``). Replay re-issues the
 planned steps (see ``cpu_steps``) into that memory: no allocation for kernels with an ``out=``
-overload, no view recomputation, no FX interpretation, one tight loop below autograd.
+overload, no view recomputation, no FX interpretation: one generated function below autograd
+(``cpu_program``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from npugraph_ex.runtime.cpu_bindings import fastest_call
 from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
+from npugraph_ex.runtime.cpu_program import straight_line
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
 
 
@@ -67,6 +69,7 @@ class CpuGraph(CapturedGraph):
             for fn, _, _ in recorder.steps
         ]
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
+        self.replay_steps = straight_line(self.steps)
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
@@ -91,13 +94,13 @@ class CpuGraph(CapturedGraph):
     def run_steps(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
         with torch._C._AutoDispatchBelowADInplaceOrView():
-            for fn, args, kwargs in self.steps:
-                fn(*args, **kwargs)
+            self.replay_steps()
 
     def release(self) -> None:
         if self.placed is not None:
             self.placed.leave()
         self.steps = []
+        self.replay_steps = straight_line(self.steps)
         self.step_names = []
         self.outputs = []
         self.unplaced = None

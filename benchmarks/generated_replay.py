@@ -1,0 +1,110 @@
+"""How much does the CPU replay gain by running its steps as one generated function?
+
+The captured Qwen3 decode step of ``qwen3_decode_step.py`` replays its recorded kernels through a
+function generated at capture, one line per kernel (``npugraph_ex/runtime/cpu_program.py``). Here
+the same steps, on the same tensors, run two ways in one interleaved loop:
+
+- generated: the graph's generated function;
+- step loop: a plain loop over ``(fn, args, kwargs)``.
+
+Both run below autograd, as a replay does, and both leave out the replay's other work (pool lock,
+output aliases). The clock is the thread's CPU time, which a busy virtual machine's stolen time
+does not inflate: the difference sought is a few percent, under the wall clock's noise here.
+
+    python benchmarks/generated_replay.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    add_common_args,
+    apply_threads,
+    captured_graph,
+    environment,
+    environment_line,
+    format_table,
+    interleaved,
+    live_graph_numbers,
+    median,
+    scaled,
+    settings_of,
+    spread,
+    step_loop,
+    write_json,
+)
+from qwen3_decode_step import build
+
+NAME = "generated_replay"
+
+
+def below_autograd(fn: Callable[[], Any]) -> Callable[[], None]:
+    def run() -> None:
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            fn()
+
+    return run
+
+
+def replays_block(run: Callable[[], None], reset: Callable[[], Any], replays: int) -> Any:
+    """Thread CPU seconds per replay over ``replays`` replays from an empty cache."""
+
+    def block() -> float:
+        reset()
+        start = time.thread_time()
+        for _ in range(replays):
+            run()
+        return (time.thread_time() - start) / replays
+
+    return block
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--replays", type=int, default=100, help="replays per timed block")
+    add_common_args(parser, NAME, repeats=15)
+    args = parser.parse_args(argv)
+    apply_threads(args.threads)
+    bench = build(args.preset, max_cache_len=args.replays + 1, seed=0)
+    cache, before = bench.new_cache(), live_graph_numbers()
+    with torch.no_grad():
+        bench.compiled(torch.tensor([[1]]), torch.tensor([0]), cache)
+        bench.compiled(torch.tensor([[1]]), torch.tensor([1]), cache)  # a replay: memory placed
+    _, graph = captured_graph(before)
+    blocks = {
+        "generated": replays_block(below_autograd(graph.replay_steps), cache.reset, args.replays),
+        "step loop": replays_block(below_autograd(step_loop(graph)), cache.reset, args.replays),
+    }
+    times = interleaved(blocks, args.repeats, warmup=1)
+    us = {name: median(ts) * 1e6 for name, ts in times.items()}
+    result = {
+        "preset": args.preset,
+        "steps_per_replay": len(graph.steps),
+        "median_us": {name: round(v, 2) for name, v in us.items()},
+        "per_repeat_us": {name: scaled(ts, 1e6, 2) for name, ts in times.items()},
+        "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
+        "saved_us_per_replay": round(us["step loop"] - us["generated"], 2),
+    }
+    print()
+    print(environment_line(environment()))
+    print(
+        f"{args.preset} decode step, {len(graph.steps)} steps per replay; thread CPU time, "
+        f"median of {args.repeats} interleaved blocks of {args.replays} replays"
+    )
+    rows = [[name, round(us[name], 1), f"{spread(times[name]) * 100:.0f}%"] for name in blocks]
+    print(format_table(["variant", "us per replay", "spread"], rows))
+    print(
+        f"generated saves {result['saved_us_per_replay']} us per replay "
+        f"({us['step loop'] / us['generated']:.3f}x)"
+    )
+    write_json(args.out, NAME, settings_of(args), [result])
+
+
+if __name__ == "__main__":
+    main()
