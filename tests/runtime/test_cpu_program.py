@@ -1,0 +1,30 @@
+"""The generated replay function runs every step, in order, with its own arguments."""
+
+from __future__ import annotations
+
+import torch
+
+from npugraph_ex.runtime.cpu_program import straight_line
+
+
+def test_steps_run_in_order_with_their_bound_arguments() -> None:
+    a, b, c = torch.randn(4), torch.randn(4), torch.empty(4)
+    order: list[str] = []
+
+    def note(name: str, **kwargs: object) -> None:
+        order.append(name)
+        assert not kwargs or kwargs == {"from": 1, "dim": 0}
+
+    steps = [
+        (note, ("first",), {}),
+        (torch.add, (a, b), {"out": c}),
+        (torch.Tensor.mul_, (c, 2.0), {}),
+        (note, ("keywords Python cannot spell",), {"from": 1, "dim": 0}),
+    ]
+    straight_line(steps)()
+    assert torch.equal(c, (a + b) * 2)
+    assert order == ["first", "keywords Python cannot spell"]
+
+
+def test_no_steps_is_a_function_that_does_nothing() -> None:
+    assert straight_line([])() is None
