@@ -99,3 +99,14 @@ def test_a_float_inside_a_dict_argument_stays_an_input() -> None:
         assert torch.equal(compiled(x, {"gain": gain}), fn(x, {"gain": gain}))
     assert len(graphs_called()) == 1
     assert totals()["captures"] == 1 and totals()["replays"] == 2
+
+
+@torch.no_grad()
+def test_no_specialisation_outlives_the_compile_that_asked_for_it() -> None:
+    # Dynamo keys them by symbol names that other frames' floats can share (a hash of the
+    # source name, modulo 100): one left behind would freeze some later function's argument.
+    from torch._dynamo.symbolic_convert import TensorifyState
+
+    module, compiled = compile_norm()
+    compiled(torch.randn(3, 8), 1.0)
+    assert TensorifyState.empty()

@@ -19,10 +19,10 @@ inside a list, tuple or dict argument) are data, not configuration: they stay in
     before: %eps: f64[] = placeholder;  %e = item(%eps);  %y = add(%var, %e)
     after:  %y = add(%var, 1e-06)        (guard: L['self'].norm.variance_epsilon == 1e-06)
 
-``TensorifyState`` is process-wide and keyed by Dynamo's symbol names (``zf0``, ``zf1``...), so
-a frame compiled later in the same process by any backend also specialises the floats that get
-those names; specialising is always correct (the value is guarded), it only trades a recompile
-on a new value for the tensor input.
+``TensorifyState`` is process-wide and keyed by Dynamo's symbol names, which come from a hash of
+the float's source name modulo 100 (``zf37``): a name left there would make a float of any frame
+compiled later, by any backend, a constant when its name collides (about one in four, after a
+Qwen3). So the names npugraph_ex adds are taken out again when the frame's compile ends.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 
 import torch.fx
+from torch._dynamo import callback_handler
 from torch._dynamo import source as dynamo_sources
 from torch._dynamo.exc import TensorifyScalarRestartAnalysis
 from torch._dynamo.symbolic_convert import TensorifyState
@@ -45,6 +46,16 @@ CONTAINER_SOURCES = (
     dynamo_sources.DictSubclassGetItemSource,
 )
 """Steps of a source chain that stay inside an argument: an item of a list, tuple or dict."""
+
+ADDED: set[str] = set()
+"""Symbols npugraph_ex asked Dynamo to specialise in the compile under way."""
+
+
+def forget_added_symbols(*ignored: object) -> None:
+    """Dynamo's end-of-compile callback: the frame is traced, its specialisations are spent."""
+    for symbol in ADDED:
+        TensorifyState.force_specializations.discard(symbol)
+    ADDED.clear()
 
 
 def read_from_an_object(source: dynamo_sources.Source) -> bool:
@@ -94,6 +105,10 @@ def specialise_model_floats(gm: torch.fx.GraphModule) -> None:
         return
     for symbol in symbols:
         TensorifyState.specialize(symbol)
+    ADDED.update(symbols)
+    if forget_added_symbols not in callback_handler.end_callbacks:
+        # Registered per compile: torch._dynamo.reset() drops every callback.
+        callback_handler.register_end_callback(forget_added_symbols)
     names = sorted(symbols.values())
     log_once(
         log,
