@@ -169,10 +169,11 @@ def hugging_face_model(name: str) -> torch.nn.Module:
     """One layer of a Hugging Face architecture with ``eager`` attention, random weights."""
     import transformers as hf
 
-    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=128)
+    eager = dict(attn_implementation="eager")
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=128, **eager)
     configs = {
         "gpt2": lambda: hf.GPT2LMHeadModel(
-            hf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, n_positions=64)
+            hf.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, n_positions=64, **eager)
         ),
         "llama": lambda: hf.LlamaForCausalLM(
             hf.LlamaConfig(**small, num_attention_heads=4, num_key_value_heads=2)
@@ -182,13 +183,15 @@ def hugging_face_model(name: str) -> torch.nn.Module:
             hf.OPTConfig(**small, ffn_dim=64, num_attention_heads=2, word_embed_proj_dim=32)
         ),
         "t5": lambda: hf.T5EncoderModel(
-            hf.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16, vocab_size=128)
+            hf.T5Config(
+                d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16, vocab_size=128, **eager
+            )
         ),
     }
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = configs[name]()
-    model.config._attn_implementation = "eager"
+    assert model.config._attn_implementation == "eager"
     return model.eval()
 
 

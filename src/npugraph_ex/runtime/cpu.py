@@ -70,6 +70,7 @@ class CpuGraph(CapturedGraph):
         ]
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
         self.replay_steps = straight_line(self.steps)
+        """The steps as one generated function (``cpu_program``): what a replay calls."""
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
