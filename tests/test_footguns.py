@@ -6,9 +6,13 @@ for a bug and nobody changes it by accident.
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import torch
 
 import npugraph_ex
+from npugraph_ex.errors import CaptureError
 
 
 def compiled(fn, dynamic: bool = False, **options):
@@ -50,6 +54,20 @@ def test_frozen_parameter_does_not_notice_a_moved_parameter() -> None:
     lin.weight.data = torch.zeros(2, 2)  # new address: frozen_parameter promised this never happens
     assert torch.equal(fn(x), x @ old_weight.t())  # still reads the memory captured first
     assert npugraph_ex.stats()["totals"]["captures"] == 1
+
+
+@torch.no_grad()
+def test_the_debug_check_catches_a_moved_frozen_parameter(caplog: pytest.LogCaptureFixture) -> None:
+    lin = torch.nn.Linear(2, 2, bias=False)
+    fn = compiled(lin, frozen_parameter=True)
+    x = torch.ones(1, 2)
+    fn(x)
+    lin.weight.data = torch.zeros(2, 2)
+    with caplog.at_level(logging.DEBUG, logger="npugraph_ex"):
+        with pytest.raises(CaptureError, match=r"moved since key0.*frozen_parameter=True") as error:
+            fn(x)
+    assert "options={'frozen_parameter': False}" in str(error.value)
+    assert "param.copy_(new)" in str(error.value)
 
 
 @torch.no_grad()

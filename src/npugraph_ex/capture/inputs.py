@@ -31,6 +31,7 @@ class StagedInputs:
     args: list[Any]
     copies: tuple[tuple[int, torch.Tensor], ...]
     mutated_addresses: tuple[int, ...]
+    parameter_addresses: tuple[int, ...]
 
 
 class InputLayout:
@@ -67,6 +68,16 @@ class InputLayout:
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
         return tuple([args[i].data_ptr() for i in self.mutated])
 
+    def parameter_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
+        return tuple([args[i].data_ptr() for i in self.static])
+
+    def moved_parameter(self, args: Sequence[Any], captured: Sequence[int]) -> int | None:
+        """The first parameter or buffer input not at its ``captured`` address, else None."""
+        for index, address in zip(self.static, captured, strict=True):
+            if args[index].data_ptr() != address:
+                return index
+        return None
+
     def stage(self, args: Sequence[Any], *, clone_input: bool) -> StagedInputs:
         """Static inputs for a new capture: fresh buffers, or the call's own tensors."""
         staged = list(args)
@@ -76,7 +87,9 @@ class InputLayout:
             buffer = source.clone(memory_format=torch.preserve_format) if clone_input else source
             staged[index] = buffer
             copies.append((index, buffer))
-        return StagedInputs(staged, tuple(copies), self.mutated_addresses(args))
+        return StagedInputs(
+            staged, tuple(copies), self.mutated_addresses(args), self.parameter_addresses(args)
+        )
 
 
 def refresh(copies: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any]) -> None:

@@ -27,7 +27,7 @@ from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.errors import ConfigError, UnsupportedGraphError, first_line
+from npugraph_ex.errors import CaptureError, ConfigError, UnsupportedGraphError, first_line
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class CapturedKey:
     graph: CapturedGraph
     copies: tuple[tuple[int, torch.Tensor], ...]
     mutated_addresses: tuple[int, ...]
+    parameter_addresses: tuple[int, ...]
     static_args: list[Any]
     pool: Any
 
@@ -135,11 +136,25 @@ class CaptureManager:
         return self.replay(entry, args)
 
     def replay(self, entry: CapturedKey, args: Sequence[Any]) -> list[Any]:
+        if self.config.frozen_parameter and log.isEnabledFor(logging.DEBUG):
+            self.check_frozen_parameters(entry, args)
         io.refresh(entry.copies, args)
         outputs = entry.graph.replay()
         self.stats.replays += 1
         self.stats.keys[entry.label]["replays"] += 1
         return self.for_caller(outputs)
+
+    def check_frozen_parameters(self, entry: CapturedKey, args: Sequence[Any]) -> None:
+        """The debug check of ``frozen_parameter``'s promise (logger ``npugraph_ex`` at DEBUG)."""
+        index = self.layout.moved_parameter(args, entry.parameter_addresses)
+        if index is None:
+            return
+        raise CaptureError(
+            f"{self.stats.name}: parameter or buffer input {index} moved since {entry.label} was "
+            "captured, and with frozen_parameter=True the replay would read its old memory. "
+            "Update parameters in place (param.copy_(new)), or set "
+            "options={'frozen_parameter': False} to key graphs on their addresses."
+        )
 
     def for_caller(self, outputs: list[Any]) -> list[Any]:
         if not self.config.clone_output:
@@ -173,7 +188,13 @@ class CaptureManager:
         label = f"key{self.captures_made}: {self.layout.describe(key)}"
         self.captures_made += 1
         entry = CapturedKey(
-            label, graph, staged.copies, staged.mutated_addresses, staged.args, pool
+            label,
+            graph,
+            staged.copies,
+            staged.mutated_addresses,
+            staged.parameter_addresses,
+            staged.args,
+            pool,
         )
         self.entries[key] = entry
         self.stats.captures += 1
