@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import npugraph_ex
-from helpers import kernels_per_replay
+from helpers import GraphRecorder, kernels_per_replay
 from models import TINY_QWEN3, make_tiny_qwen3
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
@@ -168,3 +168,41 @@ def test_every_norm_of_a_qwen3_model_is_fused(dynamic: bool) -> None:
     assert written_out - fused == 5 * norms
     expected = make_tiny_qwen3()(input_ids=ids).logits
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def hugging_face_model(name: str) -> nn.Module:
+    import transformers as hf
+
+    small = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
+    configs = {
+        # Gemma scales by (1 + weight), in float32, before the cast back.
+        "gemma": lambda: hf.GemmaForCausalLM(hf.GemmaConfig(**small, head_dim=8)),
+        # OLMo-2 normalises after attention and MLP, and the full query and key projections.
+        "olmo2": lambda: hf.Olmo2ForCausalLM(hf.Olmo2Config(**small)),
+    }
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return configs[name]().eval()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(("name", "norms"), [("gemma", 3), ("olmo2", 5)])
+def test_other_hugging_face_norms_are_fused(cpu_fused_kernel, name: str, norms: int) -> None:
+    torch._dynamo.reset()
+    model, recorder = hugging_face_model(name), GraphRecorder()
+    compiled = torch.compile(
+        model, backend="npugraph_ex", dynamic=True, options={"post_grad_custom_post_pass": recorder}
+    )
+    ids = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(0))
+    logits = compiled(input_ids=ids, use_cache=False).logits
+    torch.testing.assert_close(logits, model(input_ids=ids, use_cache=False).logits)
+    nodes = recorder.only().nodes
+    assert sum(node.target is FUSED for node in nodes) == norms
+    assert not any(node.target is aten.rsqrt.default for node in nodes)
