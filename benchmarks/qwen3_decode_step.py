@@ -10,6 +10,9 @@ weights, timed four ways in one interleaved loop:
   between it and npugraph_ex is what Dynamo's guards and the wrappers around the graph cost;
 - step loop: the same recorded steps run by a plain Python loop instead of the replay's generated
   function, which shows what generating it saves;
+- guards skipped: the npugraph_ex step under ``torch.compiler.set_stance("default",
+  skip_guard_eval_unsafe=True)``, which shows what Dynamo's guard check costs (unsafe in general;
+  here every call has the same kinds of inputs as the compiled one);
 - with ``--static-kernels``, the same three for the step compiled with ``static_kernel_compile``
   (its bare call runs the key's Inductor kernels).
 
@@ -211,6 +214,16 @@ def step_block(fn: Callable[..., Any], cache: StaticCache, steps: int) -> Callab
     return block
 
 
+def unguarded(block: Callable[[], float]) -> Callable[[], float]:
+    """``block`` run with Dynamo's guard check skipped."""
+
+    def run() -> float:
+        with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+            return block()
+
+    return run
+
+
 def bare_block(call: Callable[[], Any], cache: StaticCache, steps: int) -> Callable[[], float]:
     """One timed block of ``steps`` calls of ``call``, which advances ``cache`` as a step does."""
 
@@ -264,6 +277,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     blocks = {
         "eager": step_block(bench.step, eager_cache, args.steps),
         "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
+        "guards skipped": unguarded(step_block(bench.compiled, compiled_cache, args.steps)),
         "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
         "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
         "step loop": bare_block(step_loop(graph), compiled_cache, args.steps),
@@ -319,6 +333,7 @@ TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "npugraph_ex ms": lambda r: r["median_ms"]["npugraph_ex"],
     "replay-only ms": lambda r: r["median_ms"]["replay-only"],
     "step loop ms": lambda r: r["median_ms"]["step loop"],
+    "guards skipped ms": lambda r: r["median_ms"]["guards skipped"],
     "kernel share": lambda r: f"{profile_shares(r)[0]:.0%}",
     "matmul share": lambda r: f"{profile_shares(r)[1]:.0%}",
     "speed-up": lambda r: f"{r['median_ms']['eager'] / r['median_ms']['npugraph_ex']:.2f}x",
@@ -375,6 +390,8 @@ manager (called directly: key lookup, address checks, input copies) costs captur
 kernel share, matmul share = the part of a replay's time (under torch.profiler) spent in ATen ops
 (self CPU time), and in matrix products (mm, addmm, bmm).
 no passes = the same step captured with every optimisation pass off (its bare replay).
+step loop = the replay's steps run by a plain loop; guards skipped = the npugraph_ex step with
+Dynamo's guard check skipped (torch.compiler.set_stance, skip_guard_eval_unsafe=True).
 spread = (max - min) / median of the noisiest variant's repeats.
 "Dynamo alone" is torch.compile(step, backend="eager"): tracing without npugraph_ex."""
 
