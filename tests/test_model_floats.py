@@ -6,6 +6,8 @@ counted as npugraph_ex graphs (one capture manager per graph Dynamo hands the ba
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -110,3 +112,51 @@ def test_no_specialisation_outlives_the_compile_that_asked_for_it() -> None:
     module, compiled = compile_norm()
     compiled(torch.randn(3, 8), 1.0)
     assert TensorifyState.empty()
+
+
+@dataclasses.dataclass
+class Sampling:
+    temperature: float
+
+
+@torch.no_grad()
+def test_a_float_attribute_of_an_argument_object_stays_an_input() -> None:
+    # A sampling config passed per call is data, though it is read as an attribute.
+    def fn(x: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        return x / sampling.temperature
+
+    torch._dynamo.reset()
+    npugraph_ex.reset_stats()
+    compiled = torch.compile(fn, backend="npugraph_ex", dynamic=True)
+    x = torch.randn(4)
+    for temperature in (0.6, 0.8, 1.0):
+        assert torch.equal(compiled(x, Sampling(temperature)), fn(x, Sampling(temperature)))
+    assert len(graphs_called()) == 1
+    assert totals()["captures"] == 1 and totals()["replays"] == 2
+
+
+GAIN = 2.0
+
+
+@torch.no_grad()
+def test_a_global_float_is_a_guarded_constant() -> None:
+    global GAIN
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * GAIN
+
+    torch._dynamo.reset()
+    npugraph_ex.reset_stats()
+    recorder = GraphRecorder()
+    compiled = torch.compile(
+        fn, backend="npugraph_ex", dynamic=True, options={"post_grad_custom_pre_pass": recorder}
+    )
+    x = torch.randn(4)
+    assert torch.equal(compiled(x), x * 2.0)
+    assert 2.0 in float_constants(recorder.graphs[0].graph)
+    GAIN = 3.0
+    try:
+        assert torch.equal(compiled(x), x * 3.0)
+    finally:
+        GAIN = 2.0
+    assert len(graphs_called()) == 2

@@ -7,10 +7,19 @@ version-dependent branch can be found (and deleted when the minimum moves) by se
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 
-__all__ = ["MIN_TORCH", "check_torch_version", "parse_version", "torch_at_least", "torch_version"]
+__all__ = [
+    "MIN_TORCH",
+    "check_torch_version",
+    "parse_version",
+    "source_guard",
+    "source_name",
+    "torch_at_least",
+    "torch_version",
+]
 
 MIN_TORCH = (2, 11)
 """Oldest supported torch release, as (major, minor)."""
@@ -49,3 +58,16 @@ def check_torch_version() -> None:
         f"npugraph_ex needs torch >= {wanted}, found {torch.__version__}; "
         f'pip install "torch>={wanted}"'
     )
+
+
+def source_name(source: Any) -> str:
+    """The name of a Dynamo ``Source`` (``L['self'].eps``): a method in older releases, a
+    property in newer ones."""
+    name = source.name
+    return name() if callable(name) else name
+
+
+def source_guard(source: Any) -> Any:
+    """The ``GuardSource`` of a Dynamo ``Source``, whichever of the two forms the release has."""
+    guard = source.guard_source
+    return guard() if callable(guard) else guard

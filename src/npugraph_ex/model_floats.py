@@ -13,8 +13,10 @@ multiplies by a tensor where it would use a number, so:
 So before AOTAutograd runs, the backend asks Dynamo to trace the frame again with those floats
 specialised (``TensorifyState``, the mechanism Inductor uses for floats it cannot compile): each
 becomes a constant of the graph and Dynamo guards its value, so changing it recompiles rather
-than replaying a stale value. Floats passed as arguments of the compiled function (directly or
-inside a list, tuple or dict argument) are data, not configuration: they stay inputs.
+than replaying a stale value. Only floats held by ``nn.Module`` objects (anywhere in the model
+tree) and module-level globals are configuration; floats passed to the compiled function (as
+arguments, inside containers, or as attributes of argument objects such as a sampling config)
+are data: they stay inputs.
 
     before: %eps: f64[] = placeholder;  %e = item(%eps);  %y = add(%var, %e)
     after:  %y = add(%var, 1e-06)        (guard: L['self'].norm.variance_epsilon == 1e-06)
@@ -34,18 +36,12 @@ from torch._dynamo import callback_handler
 from torch._dynamo import source as dynamo_sources
 from torch._dynamo.exc import TensorifyScalarRestartAnalysis
 from torch._dynamo.symbolic_convert import TensorifyState
+from torch._guards import GuardSource
 
+from npugraph_ex.compat import source_guard, source_name
 from npugraph_ex.debug.once import log_once
 
 log = logging.getLogger(__name__)
-
-CONTAINER_SOURCES = (
-    dynamo_sources.FloatTensorSource,
-    dynamo_sources.GetItemSource,
-    dynamo_sources.DictGetItemSource,
-    dynamo_sources.DictSubclassGetItemSource,
-)
-"""Steps of a source chain that stay inside an argument: an item of a list, tuple or dict."""
 
 ADDED: set[str] = set()
 """Symbols npugraph_ex asked Dynamo to specialise in the compile under way."""
@@ -58,13 +54,15 @@ def forget_added_symbols(*ignored: object) -> None:
     ADDED.clear()
 
 
-def read_from_an_object(source: dynamo_sources.Source) -> bool:
-    """Whether a float came from an attribute or a global, not from the arguments themselves."""
-    while isinstance(source, dynamo_sources.ChainedSource):
-        if not isinstance(source, CONTAINER_SOURCES):
-            return True
-        source = source.base
-    return not isinstance(source, dynamo_sources.LocalSource)
+def held_by_the_model(source: dynamo_sources.Source) -> bool:
+    """Whether a float is configuration: on an ``nn.Module``, or a global."""
+    guard = source_guard(source)
+    return (
+        guard.is_unspecialized_nn_module()
+        or guard.is_specialized_nn_module()
+        or guard.is_fsdp_module()
+        or guard is GuardSource.GLOBAL
+    )
 
 
 def float_symbol(node: torch.fx.Node) -> str | None:
@@ -82,15 +80,15 @@ def float_symbol(node: torch.fx.Node) -> str | None:
 
 
 def model_float_symbols(gm: torch.fx.GraphModule) -> dict[str, str]:
-    """Symbol -> source name of every float input read from an object, not yet specialised."""
+    """Symbol -> source name of every float input the model holds, not yet specialised."""
     found = {}
     for node in gm.graph.find_nodes(op="placeholder"):
         graph_arg = node.meta.get("grapharg")
         symbol = float_symbol(node)
         if graph_arg is None or symbol is None or TensorifyState.should_specialize(symbol):
             continue
-        if read_from_an_object(graph_arg.source):
-            found[symbol] = graph_arg.source.name
+        if held_by_the_model(graph_arg.source):
+            found[symbol] = source_name(graph_arg.source)
     return found
 
 
