@@ -32,12 +32,12 @@ def npugraph_ex_backend(
     ``options`` are the flat option names of the options reference; ``mode`` is what
     ``torch.compile(mode=...)`` passes.
     """
+    specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)
     if config.mode == "max-autotune":
         from torch._inductor.compile_fx import compile_fx as inductor_compile
 
         return inductor_compile(gm, example_inputs, config_patches={"max_autotune": True})
-    specialise_model_floats(gm)
     return aot_module_simplified(
         gm,
         example_inputs,
