@@ -15,11 +15,19 @@ from typing import Any
 import torch.fx
 
 from npugraph_ex.config import Config
-from npugraph_ex.passes.patterns import canonical_spellings, register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import (
+    canonical_spellings,
+    capture_registry,
+    register_builtin_patterns,
+    registry,
+)
 
 
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
     canonical_spellings(gm.graph)
-    if registry().apply(gm.graph):
+    replaced = registry().apply(gm.graph)
+    if not config.static_kernel_compile:
+        replaced += capture_registry().apply(gm.graph)
+    if replaced:
         gm.graph.eliminate_dead_code()

@@ -71,10 +71,19 @@ def transpose_dims(node: torch.fx.Node) -> tuple[int, int]:
 
 @functools.cache
 def registry() -> Any:
-    """The one ``PatternMatcherPass`` every pattern (built-in or registered) goes to."""
+    """The ``PatternMatcherPass`` of every pattern that holds whatever runs the graph."""
     from torch._inductor.pattern_matcher import PatternMatcherPass
 
     return PatternMatcherPass(pass_name="npugraph_ex_pattern_fusion")
+
+
+@functools.cache
+def capture_registry() -> Any:
+    """Patterns for graphs that are captured as ATen kernels, left out of graphs lowered with
+    ``static_kernel_compile`` (which rewrite the same ops their own, faster way)."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_capture_patterns")
 
 
 def register_replacement(
@@ -111,9 +120,16 @@ def register_replacement(
 
 @functools.cache
 def register_builtin_patterns() -> None:
-    from npugraph_ex.passes.patterns import eager_attention, gqa_attention, mm_bias, rms_norm
+    from npugraph_ex.passes.patterns import (
+        eager_attention,
+        gqa_attention,
+        mm_bias,
+        rms_norm,
+        row_products,
+    )
 
     eager_attention.register()
     gqa_attention.register()
     mm_bias.register()
     rms_norm.register()
+    row_products.register(capture_registry())
