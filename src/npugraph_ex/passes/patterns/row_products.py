@@ -9,13 +9,14 @@ same product becomes a ``bmm``, which ATen runs one block per thread through MKL
     after:  %y = aten.bmm(%w.view(P, N/P, K), %x.t().expand(P, K, 1)).view(1, N)
 
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
-1.25x (``docs/benchmarks.md``). Applied to float32 CPU graphs with more than one intra-op thread,
-where the row count is the constant 1 and the weight's rows divide evenly; the block count is
-fixed when the graph is compiled. Not applied with ``static_kernel_compile``, whose own
-decomposition of few-row products into reductions is faster still.
+1.25x (``docs/benchmarks.md``; measured with 2 threads, the only count tried). Applied to
+float32 CPU graphs with more than one intra-op thread, where the row count is the constant 1 and
+the weight's rows divide evenly; the block count is fixed when the graph is compiled. Not applied
+with ``static_kernel_compile``, whose own decomposition of few-row products into reductions is
+faster still.
 
 Tolerance: each output is the same dot product summed by another kernel, which may order the
-additions differently (max |diff| 5.7e-7 on the tiny Qwen3's logits).
+additions differently (max |diff| 5.7e-7 to 7.8e-7 on the tiny Qwen3's logits).
 """
 
 from __future__ import annotations
