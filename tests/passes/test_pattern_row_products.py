@@ -1,4 +1,5 @@
-"""The built-in one-row product pattern: ``mm`` of one row becomes a ``bmm`` split over threads."""
+"""The built-in few-row product pattern: ``mm`` of up to 8 rows becomes a ``bmm`` split over the
+intra-op threads."""
 
 from __future__ import annotations
 
@@ -38,14 +39,27 @@ def fused_counts(traced, x: torch.Tensor, w: torch.Tensor, **options) -> dict[st
     return {MM: counts[MM], BMM: counts[BMM]}
 
 
-def test_a_one_row_product_becomes_a_split_batched_product(traced, threads) -> None:
-    assert fused_counts(traced, torch.randn(1, 16), torch.randn(8, 16)) == {MM: 0, BMM: 1}
+@pytest.mark.parametrize("rows", [1, 4, 8])
+def test_a_few_row_product_becomes_a_split_batched_product(traced, threads, rows) -> None:
+    assert fused_counts(traced, torch.randn(rows, 16), torch.randn(8, 16)) == {MM: 0, BMM: 1}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("rows", [1, 3])
+def test_results_are_within_tolerance_and_row_major(threads, rows) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(product, backend="npugraph_ex", fullgraph=True)
+    for _ in range(2):  # a capture, then a replay
+        x, w = torch.randn(rows, 64), torch.randn(32, 64)
+        got = compiled(x, w)
+        torch.testing.assert_close(got, product(x, w), **TOLERANCE)
+        assert got.is_contiguous()
 
 
 @pytest.mark.parametrize(
     ("rows", "weight_rows", "dtype"),
-    [(2, 8, torch.float32), (1, 7, torch.float32), (1, 8, torch.float64)],
-    ids=["two rows", "rows that do not split", "float64"],
+    [(9, 8, torch.float32), (1, 7, torch.float32), (1, 8, torch.float64)],
+    ids=["nine rows", "rows that do not split", "float64"],
 )
 def test_what_it_does_not_split(traced, threads, rows, weight_rows, dtype) -> None:
     x, w = torch.randn(rows, 16, dtype=dtype), torch.randn(weight_rows, 16, dtype=dtype)
