@@ -71,7 +71,8 @@ def transpose_dims(node: torch.fx.Node) -> tuple[int, int]:
 
 @functools.cache
 def registry() -> Any:
-    """The ``PatternMatcherPass`` of every pattern that holds whatever runs the graph."""
+    """Patterns for every graph, however its kernels run (captured ATen kernels or static
+    kernels); the patterns users register go here."""
     from torch._inductor.pattern_matcher import PatternMatcherPass
 
     return PatternMatcherPass(pass_name="npugraph_ex_pattern_fusion")
