@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,6 +22,17 @@ def graphs_called() -> list[dict[str, Any]]:
         for graph in npugraph_ex.stats()["graphs"]
         if graph["captures"] or graph["replays"] or graph["eager_calls"]
     ]
+
+
+@contextlib.contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """``torch.set_num_threads(count)`` inside the block (patterns may depend on it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class GraphRecorder:

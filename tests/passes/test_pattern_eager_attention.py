@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import GraphRecorder, kernels_per_replay
+from helpers import GraphRecorder, intra_op_threads, kernels_per_replay
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.remove_noop import remove_noop_ops
@@ -27,10 +27,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with intra_op_threads(1):
+        yield
 
 
 def eager_attention(q, k, v, mask, training=False):

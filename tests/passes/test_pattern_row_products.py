@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from helpers import GraphRecorder
+from helpers import GraphRecorder, intra_op_threads
 from models import TINY_QWEN3, make_tiny_qwen3
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
@@ -21,10 +21,8 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 @pytest.fixture
 def threads() -> Iterator[None]:
     """Two intra-op threads for the test (the pattern splits the rows into that many blocks)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    with intra_op_threads(2):
+        yield
 
 
 def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -69,8 +67,8 @@ def test_what_it_does_not_split(traced, threads, rows, weight_rows, dtype) -> No
 def test_one_thread_or_static_kernels_leave_it_alone(traced, threads) -> None:
     x, w = torch.randn(1, 16), torch.randn(8, 16)
     assert fused_counts(traced, x, w, static_kernel_compile=True) == {MM: 1, BMM: 0}
-    torch.set_num_threads(1)
-    assert fused_counts(traced, x, w) == {MM: 1, BMM: 0}
+    with intra_op_threads(1):
+        assert fused_counts(traced, x, w) == {MM: 1, BMM: 0}
 
 
 @torch.no_grad()
