@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
-from typing import Any
 
 import torch
 from common import (
@@ -38,30 +36,9 @@ from common import (
     step_loop,
     write_json,
 )
-from qwen3_decode_step import build
+from qwen3_decode_step import bare_block, build
 
 NAME = "generated_replay"
-
-
-def below_autograd(fn: Callable[[], Any]) -> Callable[[], None]:
-    def run() -> None:
-        with torch._C._AutoDispatchBelowADInplaceOrView():
-            fn()
-
-    return run
-
-
-def replays_block(run: Callable[[], None], reset: Callable[[], Any], replays: int) -> Any:
-    """Thread CPU seconds per replay over ``replays`` replays from an empty cache."""
-
-    def block() -> float:
-        reset()
-        start = time.thread_time()
-        for _ in range(replays):
-            run()
-        return (time.thread_time() - start) / replays
-
-    return block
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,9 +54,10 @@ def main(argv: list[str] | None = None) -> None:
         bench.compiled(torch.tensor([[1]]), torch.tensor([0]), cache)
         bench.compiled(torch.tensor([[1]]), torch.tensor([1]), cache)  # a replay: memory placed
     _, graph = captured_graph(before)
+    # Both run below autograd, as a replay does: ``run_steps`` calls the generated function.
     blocks = {
-        "generated": replays_block(below_autograd(graph.replay_steps), cache.reset, args.replays),
-        "step loop": replays_block(below_autograd(step_loop(graph)), cache.reset, args.replays),
+        "generated": bare_block(graph.run_steps, cache, args.replays, clock=time.thread_time),
+        "step loop": bare_block(step_loop(graph), cache, args.replays, clock=time.thread_time),
     }
     times = interleaved(blocks, args.repeats, warmup=1)
     us = {name: median(ts) * 1e6 for name, ts in times.items()}
