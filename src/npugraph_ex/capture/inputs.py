@@ -56,7 +56,7 @@ class InputLayout:
             tuple([t.stride() for t in shaped]),
             tuple([args[i] for i in self.values]),
             tuple([args[i].item() for i in self.host_scalar]),
-            tuple([args[i].data_ptr() for i in self.keyed_addresses]),
+            addresses(args, self.keyed_addresses),
         )
 
     def describe(self, key: tuple) -> str:
@@ -66,10 +66,10 @@ class InputLayout:
         return f"shapes=[{shapes}] values=[{values}]"
 
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
-        return tuple([args[i].data_ptr() for i in self.mutated])
+        return addresses(args, self.mutated)
 
     def parameter_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
-        return tuple([args[i].data_ptr() for i in self.static])
+        return addresses(args, self.static)
 
     def moved_parameter(self, args: Sequence[Any], captured: Sequence[int]) -> int | None:
         """The first parameter or buffer input not at its ``captured`` address, else None."""
@@ -90,6 +90,11 @@ class InputLayout:
         return StagedInputs(
             staged, tuple(copies), self.mutated_addresses(args), self.parameter_addresses(args)
         )
+
+
+def addresses(args: Sequence[Any], indices: Sequence[int]) -> tuple[int, ...]:
+    """The data addresses of the tensor inputs at ``indices``."""
+    return tuple([args[i].data_ptr() for i in indices])
 
 
 def refresh(copies: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any]) -> None:
