@@ -6,6 +6,7 @@ random state is left untouched. Models come back in eval mode on CPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,10 +21,22 @@ def make_tiny_qwen3(*, seed: int = 0, **overrides: Any) -> nn.Module:
     """A two-layer Qwen3 causal LM with random weights; ``overrides`` update ``TINY_QWEN3``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(**{**TINY_QWEN3, **overrides})
+    return seeded(lambda: Qwen3ForCausalLM(Qwen3Config(**{**TINY_QWEN3, **overrides})), seed)
+
+
+def make_tiny_qwen2(*, seed: int = 0, **overrides: Any) -> nn.Module:
+    """Qwen2 in ``TINY_QWEN3``'s sizes (``overrides`` update them): the same decoder, with a bias
+    on the q, k and v projections and no q/k norms."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return seeded(lambda: Qwen2ForCausalLM(Qwen2Config(**{**TINY_QWEN3, **overrides})), seed)
+
+
+def seeded(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """``build()``'s model, its weights drawn from ``seed`` in a forked RNG, in eval mode."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
+        model = build()
     return model.eval()
 
 
@@ -43,10 +56,7 @@ class MLP(nn.Module):
 
 def make_mlp(dim: int = 32, hidden: int = 64, *, seed: int = 0) -> nn.Module:
     """An MLP mapping ``(..., dim)`` to ``(..., dim)``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = MLP(dim, hidden)
-    return model.eval()
+    return seeded(lambda: MLP(dim, hidden), seed)
 
 
 class CNN(nn.Module):

@@ -1,21 +1,26 @@
-"""The built-in few-row product pattern: ``mm`` of up to 8 rows becomes a ``bmm`` split over the
-intra-op threads."""
+"""The built-in few-row product patterns: ``mm`` of up to 8 rows becomes a ``bmm`` split over the
+intra-op threads, and ``addmm`` with a bias per weight row a ``baddbmm``."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 from helpers import GraphRecorder, intra_op_threads
-from models import TINY_QWEN3, make_tiny_qwen3
+from models import make_tiny_qwen2, make_tiny_qwen3
+from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.passes.patterns.row_products import MIN_WEIGHT_ELEMENTS
 
 MM, BMM = "aten.mm.default", "aten.bmm.default"
-TOLERANCE = dict(rtol=1e-5, atol=1e-6)
-"""Another kernel sums each dot product, perhaps in another order."""
+ADDMM, BADDBMM = "aten.addmm.default", "aten.baddbmm.default"
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+"""Another kernel sums each dot product, perhaps in another order (here sums of 128 products of
+unit-scale values, about 11 in size)."""
 
 
 @pytest.fixture
@@ -29,17 +34,32 @@ def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x @ w.t()
 
 
+def product_with_bias(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x, w, b)
+
+
 def fused_counts(traced, x: torch.Tensor, w: torch.Tensor, **options) -> dict[str, int]:  # noqa: ANN001
-    graph = traced(product, x, w)
+    return op_counts_after(traced, product, (x, w), (MM, BMM), **options)
+
+
+def op_counts_after(traced, fn, args, ops, **options) -> dict[str, int]:  # noqa: ANN001
+    """Counts of ``ops`` in ``fn``'s graph after ``pattern_fusion_pass``."""
+    graph = traced(fn, *args)
     fuse_patterns(graph.gm, graph.inputs, Config(**options))
     graph.gm.graph.lint()
     counts = graph.op_counts()
-    return {MM: counts[MM], BMM: counts[BMM]}
+    return {op: counts[op] for op in ops}
+
+
+SPLIT_WEIGHT = (256, 128)
+"""A weight of ``MIN_WEIGHT_ELEMENTS``: the smallest the pattern splits."""
 
 
 @pytest.mark.parametrize("rows", [1, 4, 8])
 def test_a_few_row_product_becomes_a_split_batched_product(traced, threads, rows) -> None:
-    assert fused_counts(traced, torch.randn(rows, 16), torch.randn(8, 16)) == {MM: 0, BMM: 1}
+    x, w = torch.randn(rows, 128), torch.randn(*SPLIT_WEIGHT)
+    assert w.numel() == MIN_WEIGHT_ELEMENTS
+    assert fused_counts(traced, x, w) == {MM: 0, BMM: 1}
 
 
 @torch.no_grad()
@@ -48,7 +68,7 @@ def test_results_are_within_tolerance_and_row_major(threads, rows) -> None:
     torch._dynamo.reset()
     compiled = torch.compile(product, backend="npugraph_ex", fullgraph=True)
     for _ in range(2):  # a capture, then a replay
-        x, w = torch.randn(rows, 64), torch.randn(32, 64)
+        x, w = torch.randn(rows, 128), torch.randn(*SPLIT_WEIGHT)
         got = compiled(x, w)
         torch.testing.assert_close(got, product(x, w), **TOLERANCE)
         assert got.is_contiguous()
@@ -56,26 +76,70 @@ def test_results_are_within_tolerance_and_row_major(threads, rows) -> None:
 
 @pytest.mark.parametrize(
     ("rows", "weight_rows", "dtype"),
-    [(9, 8, torch.float32), (1, 7, torch.float32), (1, 8, torch.float64)],
-    ids=["nine rows", "rows that do not split", "float64"],
+    [(9, 256, torch.float32), (1, 257, torch.float32), (1, 254, torch.float32)]
+    + [(1, 256, torch.float64)],
+    ids=["nine rows", "rows that do not split", "a weight too small", "float64"],
 )
 def test_what_it_does_not_split(traced, threads, rows, weight_rows, dtype) -> None:
-    x, w = torch.randn(rows, 16, dtype=dtype), torch.randn(weight_rows, 16, dtype=dtype)
+    x, w = torch.randn(rows, 128, dtype=dtype), torch.randn(weight_rows, 128, dtype=dtype)
     assert fused_counts(traced, x, w) == {MM: 1, BMM: 0}
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_product_with_a_bias_becomes_one_split_batched_product(traced, threads, rows) -> None:
+    args = torch.randn(rows, 128), torch.randn(*SPLIT_WEIGHT), torch.randn(256)
+    counts = op_counts_after(traced, product_with_bias, args, (ADDMM, BADDBMM, BMM))
+    assert counts == {ADDMM: 0, BADDBMM: 1, BMM: 0}
+
+
+@pytest.mark.parametrize(
+    "bias",
+    [torch.randn(1, 256), torch.randn(3, 256), torch.randn(())],
+    ids=["a bias row", "a bias per output", "one bias for all"],
+)
+def test_what_it_does_not_split_with_a_bias(traced, threads, bias) -> None:
+    def product_plus(x, w, b):  # noqa: ANN001, ANN202
+        return torch.addmm(b, x, w.t())
+
+    args = torch.randn(3, 128), torch.randn(*SPLIT_WEIGHT), bias
+    counts = op_counts_after(traced, product_plus, args, (ADDMM, BADDBMM))
+    assert counts == {ADDMM: 1, BADDBMM: 0}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("rows", [1, 3])
+def test_results_with_a_bias_are_within_tolerance(threads, rows) -> None:
+    torch._dynamo.reset()
+    linear = torch.nn.Linear(128, 256)
+    compiled = torch.compile(linear, backend="npugraph_ex", fullgraph=True)
+    for _ in range(2):  # a capture, then a replay
+        x = torch.randn(rows, 128)
+        got = compiled(x)
+        torch.testing.assert_close(got, linear(x), **TOLERANCE)
+        assert got.is_contiguous()
+
+
 def test_one_thread_or_static_kernels_leave_it_alone(traced, threads) -> None:
-    x, w = torch.randn(1, 16), torch.randn(8, 16)
+    x, w = torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT)
     assert fused_counts(traced, x, w, static_kernel_compile=True) == {MM: 1, BMM: 0}
     with intra_op_threads(1):
         assert fused_counts(traced, x, w) == {MM: 1, BMM: 0}
 
 
+SPLIT_SIZES = {**QWEN3_PRESETS["tiny"], "num_hidden_layers": 2}
+
+
 @torch.no_grad()
-def test_every_product_of_a_qwen3_decode_step_is_split(threads) -> None:
+@pytest.mark.parametrize(
+    ("make_model", "with_bias"),
+    [(make_tiny_qwen3, ()), (make_tiny_qwen2, ("q", "k", "v"))],
+    ids=["qwen3", "qwen2: q, k, v with a bias"],
+)
+def test_every_product_of_a_decode_step_is_split(threads, make_model, with_bias) -> None:
     transformers = pytest.importorskip("transformers")
     torch._dynamo.reset()
-    model, recorder = make_tiny_qwen3(), GraphRecorder()
+    # The tiny benchmark preset's sizes (every weight at least MIN_WEIGHT_ELEMENTS), two layers.
+    model, recorder = make_model(**SPLIT_SIZES), GraphRecorder()
     cache = transformers.StaticCache(config=model.config, max_cache_len=16)
     eager_cache = transformers.StaticCache(config=model.config, max_cache_len=16)
 
@@ -96,7 +160,8 @@ def test_every_product_of_a_qwen3_decode_step_is_split(threads) -> None:
         ids, eager_ids = logits[:, -1:].argmax(-1), expected[:, -1:].argmax(-1)
         assert torch.equal(ids, eager_ids)
     # Per layer: q, k, v, o, gate, up and down projections; then the output head.
-    products = 7 * TINY_QWEN3["num_hidden_layers"] + 1
-    counts = [sum(str(n.target) == BMM for n in gm.graph.nodes) for gm in recorder.graphs]
-    assert counts[-1] == products
-    assert not any(str(n.target) == MM for n in recorder.graphs[-1].graph.nodes)
+    layers = SPLIT_SIZES["num_hidden_layers"]
+    counts = Counter(str(n.target) for n in recorder.graphs[-1].graph.nodes)
+    assert counts[BADDBMM] == len(with_bias) * layers
+    assert counts[BMM] == (7 - len(with_bias)) * layers + 1
+    assert counts[MM] == counts[ADDMM] == 0

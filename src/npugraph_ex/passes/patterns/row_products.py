@@ -10,15 +10,23 @@ per thread through MKL's batched path:
     after:  %y = aten.bmm(%w.view(P, N/P, K), %x.t().expand(P, K, M)).view(N, M).t()
             (and a copy into the row-major layout ``mm`` gives, where M > 1)
 
+An ``nn.Linear`` with a bias (``addmm``; Qwen2's q, k and v projections, most encoders) splits
+the same way, its bias added inside the batched product, as ``addmm`` adds it inside its own:
+
+    before: %y = aten.addmm(%b, %x, aten.t(%w))           b: [N]
+    after:  %y = aten.baddbmm(%b.view(P, N/P, 1), %w.view(P, N/P, K), %x.t().expand(P, K, M))
+            (then the same reshape as above)
+
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
 1.25x (``docs/benchmarks.md``; measured with 2 threads, the only count tried). Applied to
 float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
-``MAX_ROWS`` and the weight's rows divide evenly; the block count is fixed when the graph is
-compiled. Not applied with ``static_kernel_compile``, whose own decomposition of few-row
-products into reductions is faster still.
+``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly; the
+block count is fixed when the graph is compiled. Not applied with ``static_kernel_compile``,
+whose own decomposition of few-row products into reductions is faster still.
 
 Tolerance: each output is the same dot product summed by another kernel, which may order the
-additions differently (max |diff| 5.7e-7 to 7.8e-7 on the tiny Qwen3's logits).
+additions differently (max |diff| 5.7e-7 to 7.8e-7 on the tiny Qwen3's logits; 4.8e-7 on the
+products with a bias, unit-scale values).
 """
 
 from __future__ import annotations
@@ -27,6 +35,17 @@ import math
 from typing import Any
 
 import torch
+
+MIN_WEIGHT_ELEMENTS = 32 * 1024
+"""Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
+which a small product does not win back when its weight is in the CPU caches: ``python
+benchmarks/split_by_weight_size.py --evict-mb 0`` times 29 one-row products per shape, split
+against ``mm``, at 0.54x-0.66x (4K elements), 0.82x-0.85x (16K), 0.78x-1.00x (32K), 1.15x-1.21x
+(64K), 2.5x-4x (128K and more). Streamed from memory (the default ``--evict-mb 64``), as the
+layers of a model larger than the caches are, the split wins from 16K elements on (1.6x; 1.9x-2.05x
+at 32K). On whole decode steps (``--decode``): the micro Qwen3 (0.56 MB of weights, all cached)
+ran at 2.01x eager with every product split, 2.06x from 32K elements (its output head only), 2.18x
+with none; the tiny Qwen3 at 2.54x from 32K, 2.30x from 64K (k and v left unsplit)."""
 
 MAX_ROWS = 8
 """Most rows split: ``python benchmarks/few_row_products.py --rows 1 4 8 16 32`` times the tiny
@@ -44,11 +63,32 @@ def search(x, w):  # noqa: ANN001, ANN201
 
 
 def replace(x, w):  # noqa: ANN001, ANN201
+    weight_blocks, columns = split_operands(x, w)
+    return row_major(torch.bmm(weight_blocks, columns), x, w)
+
+
+def search_with_bias(b, x, w):  # noqa: ANN001, ANN201
+    return torch.addmm(b, x, w.t())
+
+
+def replace_with_bias(b, x, w):  # noqa: ANN001, ANN201
+    weight_blocks, columns = split_operands(x, w)
+    parts, block_rows, _ = weight_blocks.shape
+    bias_blocks = b.reshape(parts, block_rows, 1)
+    return row_major(torch.baddbmm(bias_blocks, weight_blocks, columns), x, w)
+
+
+def split_operands(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight as ``P`` blocks of rows, and the input's columns repeated for every block."""
     rows, depth = w.shape
-    count = x.shape[0]
     parts = parts_for(rows)
-    blocks = w.reshape(parts, rows // parts, depth)
-    product = torch.bmm(blocks, x.t().unsqueeze(0).expand(parts, depth, count))
+    columns = x.t().unsqueeze(0).expand(parts, depth, x.shape[0])
+    return w.reshape(parts, rows // parts, depth), columns
+
+
+def row_major(product: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The blocks' ``[P, N/P, M]`` results as the ``[M, N]`` row-major matrix ``mm`` returns."""
+    rows, count = w.shape[0], x.shape[0]
     if count == 1:
         return product.reshape(1, rows)
     return product.reshape(rows, count).t().contiguous()
@@ -56,7 +96,8 @@ def replace(x, w):  # noqa: ANN001, ANN201
 
 def splittable(match: Any) -> bool:
     """A float32 CPU product of at most ``MAX_ROWS`` rows (a constant, not a symbolic size) by a
-    contiguous weight whose rows split into at least two blocks."""
+    contiguous weight of at least ``MIN_WEIGHT_ELEMENTS`` whose rows split into at least two
+    blocks."""
     x, w = (match.kwargs[name].meta.get("val") for name in ("x", "w"))
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
         return False
@@ -68,7 +109,23 @@ def splittable(match: Any) -> bool:
         and 1 <= x.shape[0] <= MAX_ROWS
         and isinstance(rows, int)
         and w.is_contiguous()
+        and isinstance(w.shape[1], int)
+        and w.numel() >= MIN_WEIGHT_ELEMENTS
         and parts_for(rows) > 1
+    )
+
+
+def splittable_with_bias(match: Any) -> bool:
+    """``splittable``, with a bias of one float32 value per weight row."""
+    if not splittable(match):
+        return False
+    b, w = (match.kwargs[name].meta.get("val") for name in ("b", "w"))
+    return (
+        isinstance(b, torch.Tensor)
+        and b.dtype == torch.float32
+        and b.dim() == 1
+        and isinstance(b.shape[0], int)  # comparing a symbolic size would add a guard
+        and b.shape[0] == w.shape[0]
     )
 
 
@@ -77,11 +134,11 @@ def register(pass_dict: Any) -> None:
 
     from npugraph_ex.passes.patterns import trace_aten
 
-    pattern_matcher.register_replacement(
-        search,
-        replace,
-        [torch.randn(1, 8), torch.randn(4, 8)],
-        trace_aten,
-        pass_dict,
-        extra_check=splittable,
-    )
+    x, w, b = torch.randn(1, 8), torch.randn(4, 8), torch.randn(4)
+    for search_fn, replace_fn, inputs, check in (
+        (search, replace, [x, w], splittable),
+        (search_with_bias, replace_with_bias, [b, x, w], splittable_with_bias),
+    ):
+        pattern_matcher.register_replacement(
+            search_fn, replace_fn, inputs, trace_aten, pass_dict, extra_check=check
+        )
