@@ -53,7 +53,7 @@ def weights_block(model: torch.nn.Module, steps: int) -> tuple[Any, int]:
 
 
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
-    bench = build(preset, args.max_cache_len, args.seed)
+    bench = build(preset, args.max_cache_len, args.seed, args.family)
     eager_cache, compiled_cache = bench.new_cache(), bench.new_cache()
     bench.compiled(torch.tensor([[1]]), torch.tensor([0]), compiled_cache)
     weights, weight_bytes = weights_block(bench.model, args.steps)

@@ -14,8 +14,12 @@ order, timed in one interleaved loop three ways:
   ``pattern_fusion_pass`` does to the default path's products of up to 8 rows
   (``npugraph_ex/passes/patterns/row_products.py``).
 
+With ``--bias`` every product also adds a bias of one value per weight row, as an
+``nn.Linear`` with a bias does: ``addmm`` in eager mode, and the split as one ``baddbmm``.
+
     python benchmarks/few_row_products.py
     python benchmarks/few_row_products.py --rows 1 2 4 8 16 32 64
+    python benchmarks/few_row_products.py --bias --rows 1 4 8 16
 """
 
 from __future__ import annotations
@@ -43,22 +47,39 @@ from common import (
 from qwen3_decode_step import build
 
 from npugraph_ex.passes.patterns.row_products import replace as split_product
+from npugraph_ex.passes.patterns.row_products import replace_with_bias as split_product_with_bias
 
 NAME = "few_row_products"
 VARIANTS = ("eager mm", "inductor mm", "inductor reduction", "split bmm")
 
 
-def products(weights: list[torch.Tensor]) -> dict[str, Callable[[list[torch.Tensor]], Any]]:
-    def matmuls(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [x @ w.t() for x, w in zip(xs, weights, strict=True)]
+def products(
+    weights: list[torch.Tensor], biases: list[torch.Tensor] | None
+) -> dict[str, Callable[[list[torch.Tensor]], Any]]:
+    """Each variant's products of the inputs by ``weights`` (plus ``biases``, if any)."""
+    if biases is None:
+        pairs = [(w, None) for w in weights]
+    else:
+        pairs = list(zip(weights, biases, strict=True))
 
-    def reductions(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def matmuls(xs: list[torch.Tensor]) -> list[torch.Tensor]:
         return [
-            (x.unsqueeze(2) * w.t().unsqueeze(0)).sum(1) for x, w in zip(xs, weights, strict=True)
+            x @ w.t() if b is None else torch.addmm(b, x, w.t())
+            for x, (w, b) in zip(xs, pairs, strict=True)
         ]
 
+    def reductions(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        sums = [
+            ((x.unsqueeze(2) * w.t().unsqueeze(0)).sum(1), b)
+            for x, (w, b) in zip(xs, pairs, strict=True)
+        ]
+        return [total if b is None else total + b for total, b in sums]
+
     def split(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [split_product(x, w) for x, w in zip(xs, weights, strict=True)]
+        return [
+            split_product(x, w) if b is None else split_product_with_bias(b, x, w)
+            for x, (w, b) in zip(xs, pairs, strict=True)
+        ]
 
     return {
         "eager mm": matmuls,
@@ -71,7 +92,8 @@ def products(weights: list[torch.Tensor]) -> dict[str, Callable[[list[torch.Tens
 def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -> dict[str, Any]:
     torch._dynamo.reset()
     inputs = [torch.randn(rows, w.shape[1]) for w in weights]
-    fns = products(weights)
+    biases = [torch.randn(w.shape[0]) for w in weights] if args.bias else None
+    fns = products(weights, biases)
     reference = fns["eager mm"](inputs)
     diff = max(
         float((a - b).abs().max())
@@ -94,7 +116,11 @@ def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -
 def report(results: list[dict[str, Any]], args: argparse.Namespace, count: int) -> None:
     print()
     print(environment_line(environment()))
-    print(f"{args.preset}: {count} weight matrices; median of {args.repeats} interleaved repeats")
+    plus = ", each plus a bias (addmm; split: baddbmm)" if args.bias else ""
+    print(
+        f"{args.preset}: {count} weight matrices{plus}; "
+        f"median of {args.repeats} interleaved repeats"
+    )
     headers = [
         "rows",
         *(f"{v} ms" for v in VARIANTS),
@@ -115,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", choices=list(QWEN3_PRESETS), default="tiny")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 20, 36, 64])
     parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    parser.add_argument(
+        "--bias", action="store_true", help="add a bias per weight row to every product"
+    )
     add_common_args(parser, NAME, repeats=7)
     args = parser.parse_args(argv)
     apply_threads(args.threads)

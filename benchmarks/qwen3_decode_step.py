@@ -23,6 +23,10 @@ greedy steps check that both pick the same tokens.
     python benchmarks/qwen3_decode_step.py                 # tiny preset
     python benchmarks/qwen3_decode_step.py --preset all --plot docs/figures/qwen3_decode_step.png
     python benchmarks/qwen3_decode_step.py --static-kernels --no-dynamo-reference
+    python benchmarks/qwen3_decode_step.py --family qwen2   # Qwen2: q, k, v with a bias
+
+``--family qwen2`` builds Qwen2 in the same sizes (the same decoder with a bias on the q, k and v
+projections and no q/k norms).
 """
 
 from __future__ import annotations
@@ -54,12 +58,22 @@ from common import (
     step_loop,
     write_json,
 )
-from transformers import Qwen3Config, Qwen3ForCausalLM, StaticCache
+from transformers import (
+    PretrainedConfig,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    StaticCache,
+)
 
 NAME = "qwen3_decode_step"
 
 
 VARIANTS = ("eager", "npugraph_ex", "replay-only")
+
+FAMILIES = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+"""``--family``: the config and model classes a preset's sizes build."""
 
 NO_PASSES = {
     "remove_noop_ops": False,
@@ -78,8 +92,8 @@ class Bench:
     """One preset's model, its steps and their caches."""
 
     preset: str
-    config: Qwen3Config
-    model: Qwen3ForCausalLM
+    config: PretrainedConfig
+    model: torch.nn.Module
     max_cache_len: int
     step: Callable[..., torch.Tensor] = field(init=False)
     compiled: Callable[..., torch.Tensor] = field(init=False)
@@ -120,11 +134,12 @@ class Bench:
         return cache
 
 
-def build(preset: str, max_cache_len: int, seed: int) -> Bench:
-    config = Qwen3Config(**QWEN3_PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
+def build(preset: str, max_cache_len: int, seed: int, family: str = "qwen3") -> Bench:
+    config_class, model_class = FAMILIES[family]
+    config = config_class(**QWEN3_PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config).eval()
+        model = model_class(config).eval()
     return Bench(preset, config, model, max_cache_len)
 
 
@@ -268,7 +283,7 @@ def static_blocks(bench: Bench, steps: int) -> dict[str, Callable[[], float]]:
 
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     """Check numerics, then time eager / npugraph_ex / replay-only interleaved."""
-    bench = build(preset, args.max_cache_len, args.seed)
+    bench = build(preset, args.max_cache_len, args.seed, args.family)
     before = live_graph_numbers()
     eager_cache, compiled_cache = bench.new_cache(), bench.new_cache()
     start = time.perf_counter()
@@ -303,6 +318,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "preset": preset,
         "model": {
+            "family": args.family,
             **QWEN3_PRESETS[preset],
             "parameters": sum(p.numel() for p in bench.model.parameters()),
         },
@@ -323,7 +339,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 
 
 def profile_shares(result: dict[str, Any]) -> tuple[float, float]:
@@ -406,7 +422,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(environment_line(environment()))
     print(
-        f"one-token decode step, StaticCache max_cache_len={args.max_cache_len}; median of "
+        f"{args.family} one-token decode step, StaticCache max_cache_len={args.max_cache_len}; "
+        f"median of "
         f"{args.repeats} interleaved repeats of {args.steps} steps each"
     )
     rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
@@ -434,7 +451,8 @@ def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) ->
         panels.append(Panel(title, {v: r["per_repeat_ms"][v] for v in VARIANTS}))
     env = environment()
     title = (
-        f"Qwen3 one-token decode step (StaticCache {args.max_cache_len}): eager vs npugraph_ex\n"
+        f"{args.family} one-token decode step (StaticCache {args.max_cache_len}): "
+        "eager vs npugraph_ex\n"
         f"{env['device']}, {env['cores']} cores, {env['torch_threads']} torch threads, torch "
         f"{env['torch']}, transformers {env['transformers']}\n"
         f"median of {args.repeats} interleaved repeats, whiskers: interquartile range; "
@@ -444,8 +462,15 @@ def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) ->
 
 
 def add_step_args(parser: argparse.ArgumentParser) -> None:
-    """``--preset``, ``--max-cache-len``, ``--steps``, ``--seed``: what builds and times a step."""
+    """``--preset``, ``--family``, ``--max-cache-len``, ``--steps``, ``--seed``: what builds and
+    times a step."""
     parser.add_argument("--preset", choices=[*QWEN3_PRESETS, "all"], default="tiny")
+    parser.add_argument(
+        "--family",
+        choices=list(FAMILIES),
+        default="qwen3",
+        help="model the preset's sizes build (qwen2: q, k and v projections with a bias)",
+    )
     parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
     parser.add_argument(
         "--steps", type=int, default=64, help="decode steps per timed block (< max-cache-len)"

@@ -72,7 +72,7 @@ def by_op(names: list[str], seconds: list[float]) -> dict[str, float]:
 
 
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
-    bench = build(preset, args.max_cache_len, args.seed)
+    bench = build(preset, args.max_cache_len, args.seed, args.family)
     cache = bench.new_cache()
     before = live_graph_numbers()
     bench.compiled(torch.tensor([[1]]), torch.tensor([0]), cache)

@@ -1,0 +1,221 @@
+"""From what weight size on does splitting a one-row product over the threads pay?
+
+``pattern_fusion_pass`` turns a few-row float32 ``mm`` into a ``bmm`` over the weight's rows cut
+into one block per intra-op thread (``npugraph_ex/passes/patterns/row_products.py``). A batched
+product wakes the other threads, which costs a few microseconds: small weights lose more than
+they gain. For each weight shape, ``--count`` distinct weights of that shape are multiplied by one
+row in turn (as a model's layers are), two ways, the way a replay issues them (views made once,
+then only the kernels, with ``out=``):
+
+- mm: ``aten.mm.out(x, w.t())``, what the graph runs unsplit;
+- split: ``aten.bmm.out(w.view(P, N/P, K), x.t().expand(P, K, 1))``, the pattern's form.
+
+Before each timed block a ``--evict-mb`` buffer is copied (outside the timing), so the weights
+come from memory, as in a model whose weights do not fit the CPU caches; ``--evict-mb 0`` times
+them warm instead. The ratio per shape shows where the split starts to pay; the pattern's
+``MIN_WEIGHT_ELEMENTS`` is set from it.
+
+With ``--decode PRESET``, the same question on a whole decode step (``qwen3_decode_step.py``'s,
+``--family`` as there): the step compiled once per smallest weight split (``--thresholds``;
+``none`` splits nothing), each its own code object and so its own graph, timed side by side with
+eager in one interleaved loop.
+
+    python benchmarks/split_by_weight_size.py
+    python benchmarks/split_by_weight_size.py --evict-mb 0
+    python benchmarks/split_by_weight_size.py --decode micro
+    python benchmarks/split_by_weight_size.py --decode tiny --family qwen2
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    QWEN3_PRESETS,
+    add_common_args,
+    apply_threads,
+    environment,
+    environment_line,
+    format_table,
+    interleaved,
+    median,
+    scaled,
+    settings_of,
+    spread,
+    time_calls,
+    write_json,
+)
+from qwen3_decode_step import FAMILIES, build, step_block
+
+from npugraph_ex.passes.patterns import row_products
+
+NAME = "split_by_weight_size"
+SHAPES = ((64, 64), (128, 64), (128, 128), (128, 256), (256, 128), (256, 256), (512, 256))
+SHAPES += ((256, 512), (1024, 256), (512, 512), (4096, 256))
+"""Weight shapes ``(N, K)``: the micro and tiny Qwen3 presets' layer sizes and a few more."""
+
+
+def product_blocks(rows: int, depth: int, count: int) -> dict[str, Callable[[], Any]]:
+    """The ``count`` one-row products by weights of ``rows x depth``, unsplit and split."""
+    parts = torch.get_num_threads()
+    weights = [torch.randn(rows, depth) for _ in range(count)]
+    x = torch.randn(1, depth)
+    outs = [torch.empty(1, rows) for _ in weights]
+    split_outs = [torch.empty(parts, rows // parts, 1) for _ in weights]
+    transposed = [w.t() for w in weights]
+    blocks = [w.view(parts, rows // parts, depth) for w in weights]
+    columns = x.t().unsqueeze(0).expand(parts, depth, 1)
+    mm, bmm = torch.ops.aten.mm.out, torch.ops.aten.bmm.out
+
+    def unsplit() -> None:
+        for w, out in zip(transposed, outs, strict=True):
+            mm(x, w, out=out)
+
+    def split() -> None:
+        for w, out in zip(blocks, split_outs, strict=True):
+            bmm(w, columns, out=out)
+
+    return {"mm": unsplit, "split": split}
+
+
+def run_shape(rows: int, depth: int, args: argparse.Namespace) -> dict[str, Any]:
+    fns = product_blocks(rows, depth, args.count)
+    evict = cache_evictor(args.evict_mb)
+
+    def block(fn: Callable[[], Any]) -> float:
+        evict()
+        return time_calls(fn, 1)
+
+    blocks = {name: (lambda fn=fn: block(fn)) for name, fn in fns.items()}
+    times = interleaved(blocks, args.repeats, warmup=2)
+    return {
+        "shape": [rows, depth],
+        "elements": rows * depth,
+        "per_product_us": {
+            name: round(median(ts) / args.count * 1e6, 2) for name, ts in times.items()
+        },
+        "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
+        "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
+    }
+
+
+def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
+    """The decode step in eager mode and compiled at each threshold, timed interleaved."""
+    bench = build(args.decode, max_cache_len=128, seed=0, family=args.family)
+    blocks = {"eager": step_block(bench.step, bench.new_cache(), args.steps)}
+    for threshold in args.thresholds:
+        name = "split none" if threshold is None else f"split >= {threshold}"
+        row_products.MIN_WEIGHT_ELEMENTS = float("inf") if threshold is None else threshold
+        step = own_code_object(bench.step, name)
+        compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
+        cache = bench.new_cache()
+        compiled(torch.tensor([[1]]), torch.tensor([0]), cache)  # compiled at this threshold
+        blocks[name] = step_block(compiled, cache, args.steps)
+    times = interleaved(blocks, args.repeats, warmup=2)
+    eager = median(times["eager"])
+    return {
+        "preset": args.decode,
+        "family": args.family,
+        "median_ms": {name: round(median(ts) * 1e3, 4) for name, ts in times.items()},
+        "speed_up": {name: round(eager / median(ts), 3) for name, ts in times.items()},
+        "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
+        "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
+    }
+
+
+def own_code_object(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` with a code object of its own, so that Dynamo compiles it apart from ``fn``."""
+    code = fn.__code__.replace(co_name=name.replace(" ", "_").replace(">=", "from"))
+    return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
+
+
+def report_steps(result: dict[str, Any], args: argparse.Namespace) -> None:
+    print()
+    print(environment_line(environment()))
+    print(
+        f"{args.family} {args.decode} decode step, {args.steps} steps per block; median of "
+        f"{args.repeats} interleaved repeats"
+    )
+    rows = [
+        [name, ms, f"{result['speed_up'][name]:.2f}x", f"{result['spread'][name]:.0%}"]
+        for name, ms in result["median_ms"].items()
+    ]
+    print(format_table(["variant", "ms per step", "speed-up", "spread"], rows))
+
+
+def threshold(text: str) -> int | None:
+    return None if text == "none" else int(text)
+
+
+def cache_evictor(megabytes: int) -> Callable[[], None]:
+    """A call that streams ``megabytes`` through the CPU caches (nothing for 0)."""
+    if megabytes <= 0:
+        return lambda: None
+    source = torch.ones(megabytes * 2**20 // 4)
+    target = torch.empty_like(source)
+
+    def evict() -> None:
+        target.copy_(source)
+
+    return evict
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print()
+    print(environment_line(environment()))
+    print(
+        f"{args.count} weights per shape, one row each, {torch.get_num_threads()} blocks, "
+        f"{args.evict_mb} MB copied before each block; median of {args.repeats} interleaved repeats"
+    )
+    rows = []
+    for r in results:
+        us = r["per_product_us"]
+        n, k = r["shape"]
+        rows.append(
+            [f"{n} x {k}", r["elements"], us["mm"], us["split"], f"{us['mm'] / us['split']:.2f}x"]
+        )
+    print(format_table(["weight", "elements", "mm us", "split us", "mm / split"], rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--count", type=int, default=29, help="weights per shape")
+    parser.add_argument(
+        "--evict-mb", type=int, default=64, help="MB copied before each timed block (0: none)"
+    )
+    parser.add_argument(
+        "--decode", choices=list(QWEN3_PRESETS), help="time this preset's decode step instead"
+    )
+    parser.add_argument("--family", choices=list(FAMILIES), default="qwen3")
+    parser.add_argument(
+        "--thresholds",
+        type=threshold,
+        nargs="+",
+        default=[0, 32 * 1024, 64 * 1024, None],
+        help="--decode: smallest weights split, in elements (none: split nothing)",
+    )
+    parser.add_argument("--steps", type=int, default=64, help="--decode: steps per timed block")
+    add_common_args(parser, NAME, repeats=40)
+    args = parser.parse_args(argv)
+    apply_threads(args.threads)
+    if torch.get_num_threads() < 2:
+        parser.error("the split needs at least two intra-op threads")
+    if args.decode is not None:
+        with torch.no_grad():
+            result = decode_steps(args)
+        report_steps(result, args)
+        write_json(args.out, NAME, settings_of(args), result)
+        return
+    shapes = [s for s in SHAPES if s[0] % torch.get_num_threads() == 0]
+    with torch.no_grad():
+        results = [run_shape(rows, depth, args) for rows, depth in shapes]
+    report(results, args)
+    write_json(args.out, NAME, settings_of(args), results)
+
+
+if __name__ == "__main__":
+    main()
