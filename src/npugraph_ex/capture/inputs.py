@@ -59,11 +59,21 @@ class InputLayout:
             addresses(args, self.keyed_addresses),
         )
 
+    @staticmethod
+    def without_values(key: tuple) -> tuple:
+        """A key's shapes, strides and addresses: what keys differing only in values share."""
+        shapes, strides, _, _, keyed_addresses = key
+        return shapes, strides, keyed_addresses
+
     def describe(self, key: tuple) -> str:
         """A short, readable form of a key's shapes and values (addresses left out)."""
         shapes = ", ".join("x".join(map(str, shape)) or "scalar" for shape in key[0])
-        values = ", ".join(map(str, key[2] + key[3]))
-        return f"shapes=[{shapes}] values=[{values}]"
+        return f"shapes=[{shapes}] {self.describe_values(key)}"
+
+    @staticmethod
+    def describe_values(key: tuple) -> str:
+        """A key's int and host scalar input values, as ``values=[...]``."""
+        return f"values=[{', '.join(map(str, key[2] + key[3]))}]"
 
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
         return addresses(args, self.mutated)

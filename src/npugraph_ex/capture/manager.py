@@ -32,6 +32,10 @@ from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_lis
 
 log = logging.getLogger(__name__)
 
+VALUE_KEYS_NOTICE = 4
+"""Keys that differ only in the values of the graph's int (or host scalar) inputs, after which
+the graph says that every new value is a new capture."""
+
 GLOBAL_CAPTURE_LOCK = threading.RLock()
 """Held during every capture made with ``capture_error_mode="global"``."""
 
@@ -200,6 +204,8 @@ class CaptureManager:
         self.stats.captures += 1
         if recapture_reason is not None:
             self.stats.recaptures[recapture_reason] += 1
+        else:
+            self.notice_value_keys(key)
         self.stats.keys[label] = {
             "replays": 0,
             "kernels": graph.kernel_count,
@@ -295,6 +301,27 @@ class CaptureManager:
             self.stats.name,
             self.config.capture_limit,
             len(self.entries),
+        )
+
+    def notice_value_keys(self, key: tuple) -> None:
+        """Say once when ``VALUE_KEYS_NOTICE`` keys differ only in the values of int inputs: a
+        Python int the model changes on every call would make every call a capture."""
+        same = self.layout.without_values(key)
+        siblings = [k for k in self.entries if self.layout.without_values(k) == same]
+        if len(siblings) < VALUE_KEYS_NOTICE:
+            return
+        log_once(
+            log,
+            logging.WARNING,
+            ("value keys", self.number),
+            "npugraph_ex: %s has captured %d keys that differ only in the values of its int "
+            "inputs (%s): each new value is a new capture, and only values seen before replay. "
+            "An int the model changes on every call (a token count kept in a Python int, as "
+            "transformers' sliding-window StaticCache layers keep one) makes every call a "
+            "capture; pass it as a tensor instead (see 'Int inputs' in docs/guide.md).",
+            self.stats.name,
+            len(siblings),
+            "; ".join(self.layout.describe_values(k) for k in siblings),
         )
 
     def release(self) -> None:
