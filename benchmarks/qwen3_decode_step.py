@@ -26,7 +26,8 @@ greedy steps check that both pick the same tokens.
     python benchmarks/qwen3_decode_step.py --family qwen2   # Qwen2: q, k, v with a bias
 
 ``--family qwen2`` builds Qwen2 in the same sizes (the same decoder with a bias on the q, k and v
-projections and no q/k norms).
+projections and no q/k norms); ``--family mistral`` builds Mistral, whose ``StaticCache`` layers
+are sliding-window layers that count tokens in a Python int.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ from common import (
     write_json,
 )
 from transformers import (
+    MistralConfig,
+    MistralForCausalLM,
     PretrainedConfig,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -72,7 +75,11 @@ NAME = "qwen3_decode_step"
 
 VARIANTS = ("eager", "npugraph_ex", "replay-only")
 
-FAMILIES = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+FAMILIES = {
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+}
 """``--family``: the config and model classes a preset's sizes build."""
 
 NO_PASSES = {
@@ -469,7 +476,8 @@ def add_step_args(parser: argparse.ArgumentParser) -> None:
         "--family",
         choices=list(FAMILIES),
         default="qwen3",
-        help="model the preset's sizes build (qwen2: q, k and v projections with a bias)",
+        help="model the preset's sizes build (qwen2: q, k and v projections with a bias; "
+        "mistral: a sliding-window cache)",
     )
     parser.add_argument("--max-cache-len", type=int, default=128, help="StaticCache length")
     parser.add_argument(

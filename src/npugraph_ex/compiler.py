@@ -14,6 +14,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.capture.analysis import analyse_graph
+from npugraph_ex.capture.host_ints import split_host_ints
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
@@ -75,7 +76,12 @@ def compile_graph(
     warn_unbuilt_options(config)
     name = graph_name()
     gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
-    facts = analyse_graph(gm, example_inputs, static_input_indices(len(example_inputs)))
+    static = static_input_indices(len(example_inputs))
+    host = split_host_ints(gm)
+    if host is not None:
+        example_inputs = host.example_inputs(example_inputs)
+        static = [host.new_index(i) for i in static if host.new_index(i) is not None]
+    facts = analyse_graph(gm, example_inputs, static)
     runtime = runtime_for(facts.device_type)
     kernels = (
         StaticKernelCompiler(gm, config, facts.device_type)
@@ -83,7 +89,7 @@ def compile_graph(
         else None
     )
     manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name, kernels=kernels)
-    return boxed(manager)
+    return boxed(manager if host is None else host.wrap(manager))
 
 
 def compile_eagerly(

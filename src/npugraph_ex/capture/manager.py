@@ -304,8 +304,8 @@ class CaptureManager:
         )
 
     def notice_value_keys(self, key: tuple) -> None:
-        """Say once when ``VALUE_KEYS_NOTICE`` keys differ only in the values of int inputs: a
-        Python int the model changes on every call would make every call a capture."""
+        """Say once when ``VALUE_KEYS_NOTICE`` keys differ only in the values of int inputs (ints
+        that are only data left the graph before capture, ``host_ints``; these are baked)."""
         same = self.layout.without_values(key)
         siblings = [k for k in self.entries if self.layout.without_values(k) == same]
         if len(siblings) < VALUE_KEYS_NOTICE:
@@ -316,9 +316,9 @@ class CaptureManager:
             ("value keys", self.number),
             "npugraph_ex: %s has captured %d keys that differ only in the values of its int "
             "inputs (%s): each new value is a new capture, and only values seen before replay. "
-            "An int the model changes on every call (a token count kept in a Python int, as "
-            "transformers' sliding-window StaticCache layers keep one) makes every call a "
-            "capture; pass it as a tensor instead (see 'Int inputs' in docs/guide.md).",
+            "These ints reach kernels as ints (a shift, a size, a bound), which a capture holds "
+            "as constants; one the model changes on every call makes every call a capture. "
+            "Pass it as a tensor where the model allows it (see 'Int inputs' in docs/guide.md).",
             self.stats.name,
             len(siblings),
             "; ".join(self.layout.describe_values(k) for k in siblings),
