@@ -430,8 +430,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(environment_line(environment()))
     print(
         f"{args.family} one-token decode step, StaticCache max_cache_len={args.max_cache_len}; "
-        f"median of "
-        f"{args.repeats} interleaved repeats of {args.steps} steps each"
+        f"median of {args.repeats} interleaved repeats of {args.steps} steps each"
     )
     rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
     print(format_table(["preset", *TIMING_COLUMNS], rows))
