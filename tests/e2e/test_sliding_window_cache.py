@@ -70,3 +70,18 @@ def test_every_step_replays_one_capture(family: str) -> None:
     # One graph initialises the cache (its first step); the other is every later step.
     assert totals()["captures"] == 2
     assert totals()["replays"] == STEPS - 2
+
+
+@torch.no_grad()
+def test_hugging_face_generate_replays_the_decode_steps() -> None:
+    model = build("mistral")
+    prompt = torch.tensor([[1, 5, 7, 9]])
+    expected = model.generate(prompt, max_new_tokens=12, do_sample=False)
+    model.forward = torch.compile(model.forward, backend="npugraph_ex", fullgraph=True)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=64)
+    out = model.generate(prompt, max_new_tokens=12, do_sample=False, past_key_values=cache)
+    assert torch.equal(out, expected)
+    # The prefill and the first decode step are a capture each (the int is 0, then symbolic);
+    # the other 10 decode steps replay.
+    assert totals()["captures"] == 2
+    assert totals()["replays"] == 10
