@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from helpers import totals
+from models import seeded
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,14 +32,13 @@ STEPS = 6
 
 
 def build(family: str) -> torch.nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        if family == "mistral":
-            model = transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL))
-        else:  # sliding and full attention layers, alternating
-            config = transformers.Gemma2Config(**SMALL, head_dim=16)
-            model = transformers.Gemma2ForCausalLM(config)
-    return model.eval()
+    if family == "mistral":
+        return seeded(
+            lambda: transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL)), 0
+        )
+    # Gemma 2: sliding and full attention layers, alternating.
+    config = transformers.Gemma2Config(**SMALL, head_dim=16)
+    return seeded(lambda: transformers.Gemma2ForCausalLM(config), 0)
 
 
 def decode(step: Callable[..., torch.Tensor], cache: object) -> list[int]:
