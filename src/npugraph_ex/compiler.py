@@ -80,7 +80,7 @@ def compile_graph(
     host = split_host_ints(gm)
     if host is not None:
         example_inputs = host.example_inputs(example_inputs)
-        static = [host.new_index(i) for i in static if host.new_index(i) is not None]
+        static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     runtime = runtime_for(facts.device_type)
     kernels = (

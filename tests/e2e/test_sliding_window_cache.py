@@ -70,6 +70,11 @@ def test_every_step_replays_one_capture(family: str) -> None:
     # One graph initialises the cache (its first step); the other is every later step.
     assert totals()["captures"] == 2
     assert totals()["replays"] == STEPS - 2
+    # Parameters keep their place among the inputs once the int has left them: a weight at a
+    # new address is a new key (keyed on its address), not an input copied into the old one.
+    model.lm_head.weight.data = model.lm_head.weight.detach().clone()
+    compiled(torch.tensor([[1]]), torch.tensor([STEPS]), cache)
+    assert totals()["captures"] == 3
 
 
 @torch.no_grad()

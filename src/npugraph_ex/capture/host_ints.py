@@ -32,6 +32,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from npugraph_ex.capture.analysis import argument_value, fake_value
+
 HOST_ARITHMETIC = frozenset(
     {
         operator.add,
@@ -45,10 +47,6 @@ HOST_ARITHMETIC = frozenset(
     }
 )
 """Int arithmetic Dynamo records on SymInts, computed on the host per call."""
-
-
-def fake_value(node: torch.fx.Node) -> Any:
-    return node.meta.get("val")
 
 
 def is_symint(node: Any) -> bool:
@@ -72,11 +70,8 @@ def tensor_operand(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     if user.op != "call_function" or schema is None:
         return False
     found = False
-    for position, argument in enumerate(schema.arguments):
-        if position < len(user.args):
-            value = user.args[position]
-        else:
-            value = user.kwargs.get(argument.name)
+    for argument in schema.arguments:
+        value = argument_value(user, argument.name)
         if value is node:
             if str(argument.type) != "Tensor":
                 return False
@@ -94,8 +89,8 @@ def tensor_operand(user: torch.fx.Node, node: torch.fx.Node) -> bool:
 class HostInts:
     """The host side of a graph whose data ints were taken out (see the module docstring)."""
 
-    removed: tuple[int, ...]
-    """Positions of the int inputs the device graph no longer takes."""
+    kept: tuple[int, ...]
+    """Positions of the call's arguments the device graph still takes, in its input order."""
     order: tuple[tuple[torch.fx.Node, Any, tuple[Any, ...]], ...]
     """Host nodes (inputs, and arithmetic with its target and arguments) in the order they
     compute; the nodes themselves have left the graph."""
@@ -120,8 +115,7 @@ class HostInts:
         return env
 
     def device_args(self, args: Sequence[Any], env: dict[torch.fx.Node, int]) -> list[Any]:
-        removed = self.removed
-        kept = [a for i, a in enumerate(args) if i not in removed]
+        kept = [args[i] for i in self.kept]
         kept += [
             torch.full((), env[node], dtype=torch.int64, device=device)
             for node, device in self.operands
@@ -142,14 +136,13 @@ class HostInts:
         return run
 
     def example_inputs(self, example_inputs: Sequence[Any]) -> list[Any]:
-        kept = [a for i, a in enumerate(example_inputs) if i not in self.removed]
-        return kept + list(self.operand_examples)
+        return [example_inputs[i] for i in self.kept] + list(self.operand_examples)
 
-    def new_index(self, index: int) -> int | None:
-        """Where input ``index`` of the call sits among the device graph's inputs."""
-        if index in self.removed:
-            return None
-        return index - sum(1 for r in self.removed if r < index)
+    def kept_indices(self, indices: Sequence[int]) -> list[int]:
+        """Where the call's inputs at ``indices`` sit among the device graph's inputs (those it
+        still takes)."""
+        position = {index: new for new, index in enumerate(self.kept)}
+        return [position[i] for i in indices if i in position]
 
 
 def eligible_inputs(graph: torch.fx.Graph) -> dict[torch.fx.Node, set[torch.fx.Node]]:
@@ -220,7 +213,7 @@ def split_host_ints(gm: torch.fx.GraphModule) -> HostInts | None:
         graph.erase_node(node)  # clears the node's own arguments: ``order`` keeps them
     gm.recompile()
     return HostInts(
-        removed=tuple(sorted(positions.values())),
+        kept=tuple(i for i in range(len(placeholders)) if i not in positions.values()),
         order=order,
         positions=positions,
         operands=operands,
