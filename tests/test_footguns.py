@@ -112,3 +112,25 @@ def test_an_int_a_kernel_takes_as_an_int_is_a_capture_per_value(
     assert "(values=[4, 2]; values=[4, 3]; values=[4, 4]; values=[4, 5])" in notice
     fn(x, 3)  # a value seen before replays
     assert npugraph_ex.stats()["totals"]["replays"] == 1
+
+
+@torch.no_grad()
+def test_a_graph_break_inside_a_scope_runs_the_whole_function_eagerly() -> None:
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        with npugraph_ex.scope.limit_core_num(1, 1):
+            y = x.sin()
+            torch._dynamo.graph_break()
+            return y.cos()
+
+    fn = torch.compile(broken, backend="npugraph_ex")
+    x = torch.randn(4)
+    for _ in range(2):
+        assert torch.equal(fn(x), x.sin().cos())
+    # Dynamo cannot resume a graph inside a user context manager, so it gives up on the frame:
+    # right results, the block still applied, but nothing is captured. Keep graph breaks out of
+    # scopes (fullgraph=True makes one an error).
+    totals = npugraph_ex.stats()["totals"]
+    assert (totals["captures"], totals["replays"], totals["eager_calls"]) == (0, 0, 0)
+    torch._dynamo.reset()  # forget that Dynamo gave up on the frame
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(broken, backend="npugraph_ex", fullgraph=True)(x)

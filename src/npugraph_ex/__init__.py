@@ -4,7 +4,8 @@
                         options={"capture_limit": 256})
 
 Importing the package registers the backend (under ``npugraph_ex_portable``; ``npugraph_ex`` comes
-from the package's entry point) and does nothing else.
+from the package's entry point) and the two graph ops of ``npugraph_ex.scope``, and does nothing
+else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from npugraph_ex.compat import check_torch_version
 
 check_torch_version()
 
+from npugraph_ex import scope  # noqa: E402
 from npugraph_ex.capture.stats import reset_stats, stats  # noqa: E402
 from npugraph_ex.compiler import compile_fx  # noqa: E402
 from npugraph_ex.config import Config  # noqa: E402
@@ -39,5 +41,6 @@ __all__ = [
     "npugraph_ex_backend",
     "register_replacement",
     "reset_stats",
+    "scope",
     "stats",
 ]

@@ -22,6 +22,8 @@ from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.base import DeviceRuntime
+from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,19 @@ def warn_unbuilt_options(config: Config) -> None:
                 name,
                 getattr(config, name),
             )
+
+
+def warn_unapplied_scopes(gm: torch.fx.GraphModule, runtime: DeviceRuntime, name: str) -> None:
+    if LIMIT_CORE_NUM in scopes_in(gm.graph) and not runtime.limits_cores:
+        log_once(
+            log,
+            logging.WARNING,
+            ("limit_core_num", runtime.name),
+            "npugraph_ex: %s: limit_core_num has no effect on %s replays (this runtime cannot "
+            "partition the device); the ops inside run on the whole device",
+            name,
+            runtime.name,
+        )
 
 
 def graph_name() -> str:
@@ -83,6 +98,7 @@ def compile_graph(
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     runtime = runtime_for(facts.device_type)
+    warn_unapplied_scopes(gm, runtime, name)
     kernels = (
         StaticKernelCompiler(gm, config, facts.device_type)
         if config.static_kernel_compile

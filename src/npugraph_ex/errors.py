@@ -13,6 +13,7 @@ __all__ = [
     "ConfigTypeError",
     "NpuGraphExError",
     "PassError",
+    "ScopeError",
     "UnsupportedGraphError",
     "first_line",
 ]
@@ -51,6 +52,10 @@ class PassError(NpuGraphExError):
         # The default reduction replays ``self.args`` (the formatted text) into ``__init__``,
         # which takes two arguments; rebuild from the parts instead so the error pickles.
         return (type(self), (self.pass_name, self.message))
+
+
+class ScopeError(NpuGraphExError, ValueError):
+    """A scope (``npugraph_ex.scope``) was opened with a wrong argument."""
 
 
 class CaptureError(NpuGraphExError):

@@ -12,6 +12,7 @@ from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.patterns import register_builtin_patterns, registry
 from npugraph_ex.passes.pipeline import PIPELINE
+from npugraph_ex.scope import stream
 
 aten = torch.ops.aten
 
@@ -86,3 +87,39 @@ def test_the_option_turns_the_pass_off(traced) -> None:
     graph = traced(model, torch.randn(2, 3))
     gm = PassManager(PIPELINE, Config(pattern_fusion_pass=False))(graph.gm, graph.inputs)
     assert sum(1 for n in gm.graph.nodes if n.target is aten.sinh.default) == 1
+
+
+def double_then_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * 2 + y
+
+
+def add_twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.add(x, y, alpha=1) + x
+
+
+def doubled_in_scope(x, y):
+    with stream("branch"):
+        d = x * 2
+    return (d + y).relu()
+
+
+def doubled_with_scope(x, y):
+    with stream("branch"):
+        d = x * 2 + y
+    return d.relu()
+
+
+@torch.no_grad()
+def test_a_user_pattern_stops_at_a_scope_edge_whatever_its_extra_check_says(traced) -> None:
+    x, y = torch.randn(8), torch.randn(8)
+    npugraph_ex.register_replacement(
+        double_then_add, add_twice, [x, y], extra_check=lambda match: True, skip_duplicates=True
+    )
+    spanning = traced(doubled_in_scope, x, y)
+    fuse_patterns(spanning.gm, spanning.inputs, Config())
+    assert spanning.op_counts()["aten.mul.Tensor"] == 1
+    inside = traced(doubled_with_scope, x, y)
+    fuse_patterns(inside.gm, inside.inputs, Config())
+    assert inside.op_counts()["aten.mul.Tensor"] == 0
+    assert inside.op_counts()["aten.add.Tensor"] == 2
+    torch.testing.assert_close(inside.gm(x, y)[0], doubled_with_scope(x, y))

@@ -26,7 +26,9 @@ import torch
 import torch.fx
 
 from npugraph_ex.config import Config
+from npugraph_ex.errors import CaptureError
 from npugraph_ex.kernels.decompositions import static_kernel_decompositions
+from npugraph_ex.scope.ops import scopes_in
 
 CompiledKernels = Callable[..., Any]
 """Called like the FX graph (positional inputs); returns its outputs."""
@@ -67,6 +69,13 @@ class StaticKernelCompiler:
 
     def lower(self, args: Sequence[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx_inner
+
+        scopes = scopes_in(self.gm.graph)
+        if scopes:
+            raise CaptureError(
+                f"the graph holds npugraph_ex.scope blocks ({', '.join(scopes)}), "
+                "which Inductor cannot lower"
+            )
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 

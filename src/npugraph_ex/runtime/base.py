@@ -61,6 +61,10 @@ class DeviceRuntime(ABC):
     capture_executes: bool
     """True when capturing also computes the outputs (so the capturing call needs no replay)."""
 
+    limits_cores: bool = False
+    """True when a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the ops
+    inside run on fewer cores; elsewhere the scope only bounds the passes."""
+
     @abstractmethod
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         """Run ``fn(*args)`` eagerly ``iters`` times so that lazy library state exists."""

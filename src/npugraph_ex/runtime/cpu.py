@@ -133,6 +133,7 @@ def unpooled_bytes(plan: MemoryPlan) -> int:
 class CpuRuntime(DeviceRuntime):
     name = "cpu"
     capture_executes = True
+    limits_cores = True
 
     plan_memory = True
     """False captures without pools: every tensor keeps its own allocation (for comparisons)."""

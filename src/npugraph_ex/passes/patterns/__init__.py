@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT
+
 
 def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
     """Trace ``fn`` to the ATen graph ``pattern_fusion_pass`` sees (no decompositions, and the
@@ -103,20 +105,60 @@ def register_replacement(
     ``scalar_workaround`` names float/int arguments with an example value, so the pattern takes
     them as arguments instead of constants; ``skip_duplicates=True`` makes registering the same
     pattern twice a no-op instead of an error. Returns whether the pattern was added.
-    """
-    from torch._inductor import pattern_matcher
 
-    added = pattern_matcher.register_replacement(
+    A match never spans the edge of a scope (``npugraph_ex.scope``), whatever ``extra_check``
+    says.
+    """
+    return add_replacement(
+        registry(),
         search_fn,
         replace_fn,
-        list(example_inputs),
+        example_inputs,
         trace_fn,
-        registry(),
-        extra_check=extra_check or (lambda match: True),
+        extra_check,
         scalar_workaround=scalar_workaround,
         skip_duplicates=skip_duplicates,
     )
+
+
+def add_replacement(
+    pass_dict: Any,
+    search_fn: Callable[..., Any],
+    replace_fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    trace_fn: Callable[..., torch.fx.GraphModule],
+    extra_check: Callable[[Any], bool] | None,
+    **options: Any,
+) -> bool:
+    """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge."""
+    from torch._inductor import pattern_matcher
+
+    def check(match: Any) -> bool:
+        return within_one_scope(match.nodes) and (extra_check is None or extra_check(match))
+
+    added = pattern_matcher.register_replacement(
+        search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, check, **options
+    )
     return bool(added)
+
+
+def within_one_scope(nodes: Sequence[torch.fx.Node]) -> bool:
+    """Whether no scope marker lies between any two of ``nodes`` (fusing them moves none of
+    their ops out of, or into, a scope)."""
+    return len({scope_marker_before(node) for node in nodes}) <= 1
+
+
+def scope_marker_before(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The nearest ``scope_enter``/``scope_exit`` before ``node`` in the graph, or None."""
+    graph = node.graph
+    if not any(graph.find_nodes(op="call_function", target=t) for t in (SCOPE_ENTER, SCOPE_EXIT)):
+        return None
+    previous = node.prev
+    while previous.op != "root":
+        if previous.target in (SCOPE_ENTER, SCOPE_EXIT):
+            return previous
+        previous = previous.prev
+    return None
 
 
 @functools.cache

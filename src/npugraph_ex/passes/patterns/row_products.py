@@ -130,15 +130,11 @@ def splittable_with_bias(match: Any) -> bool:
 
 
 def register(pass_dict: Any) -> None:
-    from torch._inductor import pattern_matcher
-
-    from npugraph_ex.passes.patterns import trace_aten
+    from npugraph_ex.passes.patterns import add_replacement, trace_aten
 
     x, w, b = torch.randn(1, 8), torch.randn(4, 8), torch.randn(4)
     for search_fn, replace_fn, inputs, check in (
         (search, replace, [x, w], splittable),
         (search_with_bias, replace_with_bias, [b, x, w], splittable_with_bias),
     ):
-        pattern_matcher.register_replacement(
-            search_fn, replace_fn, inputs, trace_aten, pass_dict, extra_check=check
-        )
+        add_replacement(pass_dict, search_fn, replace_fn, inputs, trace_aten, check)

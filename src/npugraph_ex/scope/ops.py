@@ -1,0 +1,104 @@
+"""The graph ops that mark where a scope starts and ends.
+
+    with npugraph_ex.scope.limit_core_num(1, 1):   %scope_enter = npugraph_ex.scope_enter(
+        y = x.sin()                                     "limit_core_num", "", [1, 1])
+                                                   %sin = aten.sin(%x)
+                                                   %scope_exit = npugraph_ex.scope_exit()
+
+They take and return no tensors, so every tracer would drop them as dead code: they are
+registered as side-effectful, which keeps them, in program order, in Dynamo's, AOTAutograd's and
+the passes' graphs. Running one applies the scope on the host, whoever runs it (eager code, a
+graph run as is, the CPU replay engine, which re-issues them as recorded):
+
+- ``limit_core_num`` caps the intra-op thread count until its exit;
+- a stream scope keeps its ops in program order on the current stream.
+
+Importing the package defines them (under ``torch.ops.npugraph_ex``), as it registers the
+backend: the ops must exist before Dynamo traces a function that enters a scope.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+from torch._ops import OpOverload
+
+NAMESPACE = "npugraph_ex"
+MARKER_NAMES = frozenset({f"{NAMESPACE}::scope_enter", f"{NAMESPACE}::scope_exit"})
+
+LIMIT_CORE_NUM = "limit_core_num"
+STREAM = "stream"
+
+active = threading.local()
+"""Per thread, ``active.exits``: how to undo each scope entered and not yet exited."""
+
+
+def open_exits() -> list[Callable[[], None]]:
+    if not hasattr(active, "exits"):
+        active.exits = []
+    return active.exits
+
+
+def limit_threads(values: Sequence[int]) -> Callable[[], None]:
+    """Cap the intra-op threads at the larger of the two core numbers (a CPU has one kind of
+    core); never raise the count."""
+    previous = torch.get_num_threads()
+    cap = max(values)
+    if cap >= previous:
+        return lambda: None
+    torch.set_num_threads(cap)
+    return lambda: torch.set_num_threads(previous)
+
+
+# Compilers must never trace these: their check of ``is_compiling`` would become a constant.
+@torch.compiler.disable
+def enter_scope(kind: str, tag: str, values: Sequence[int]) -> None:
+    # Tracers run the op too (Dynamo, AOTAutograd): only a real run applies the scope, and
+    # Dynamo checks that tracing leaves the thread count as it found it.
+    if torch.compiler.is_compiling():
+        return
+    undo = limit_threads(values) if kind == LIMIT_CORE_NUM else (lambda: None)
+    open_exits().append(undo)
+
+
+@torch.compiler.disable
+def exit_scope() -> None:
+    if torch.compiler.is_compiling():
+        return
+    exits = open_exits()
+    # An exit without its enter (a graph that starts inside a scope, after a graph break)
+    # has nothing to undo.
+    if exits:
+        exits.pop()()
+
+
+def define_scope_ops() -> tuple[OpOverload, OpOverload]:
+    """Define ``scope_enter`` and ``scope_exit`` and register them as side-effectful."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    library.define("scope_enter(str kind, str tag, int[] values) -> ()")
+    library.define("scope_exit() -> ()")
+    library.impl("scope_enter", enter_scope, "CompositeExplicitAutograd")
+    library.impl("scope_exit", exit_scope, "CompositeExplicitAutograd")
+    # The library must stay alive: its definitions go when it is collected.
+    LIBRARIES.append(library)
+    ops = (torch.ops.npugraph_ex.scope_enter.default, torch.ops.npugraph_ex.scope_exit.default)
+    torch.fx.node._side_effectful_functions.update(ops)
+    return ops
+
+
+LIBRARIES: list[torch.library.Library] = []
+
+SCOPE_ENTER, SCOPE_EXIT = define_scope_ops()
+
+
+def scopes_in(graph: torch.fx.Graph) -> list[str]:
+    """The kinds of the scopes ``graph`` enters, in order of first appearance."""
+    kinds = [node.args[0] for node in graph.find_nodes(op="call_function", target=SCOPE_ENTER)]
+    return list(dict.fromkeys(kinds))
+
+
+def is_scope_marker(op: object) -> bool:
+    schema = getattr(op, "_schema", None)
+    return schema is not None and schema.name in MARKER_NAMES
