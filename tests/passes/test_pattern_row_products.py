@@ -15,6 +15,7 @@ from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.patterns.row_products import MIN_WEIGHT_ELEMENTS
+from npugraph_ex.scope import limit_core_num, stream
 
 MM, BMM = "aten.mm.default", "aten.bmm.default"
 ADDMM, BADDBMM = "aten.addmm.default", "aten.baddbmm.default"
@@ -165,3 +166,28 @@ def test_every_product_of_a_decode_step_is_split(threads, make_model, with_bias)
     assert counts[BADDBMM] == len(with_bias) * layers
     assert counts[BMM] == (7 - len(with_bias)) * layers + 1
     assert counts[MM] == counts[ADDMM] == 0
+
+
+def products_in_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with limit_core_num(1, 1):
+        one_thread = x @ w.t()
+        with stream("inner"):
+            still_one_thread = x @ w.t()
+    with limit_core_num(1, 2):
+        two_threads = x @ w.t()
+    with stream("outer"):
+        unlimited = x @ w.t()
+    return one_thread + still_one_thread + two_threads + unlimited
+
+
+def test_a_product_in_a_block_limited_below_the_threads_is_not_split(traced, threads) -> None:
+    """Two blocks for a product that runs on one thread would only add a copy: the products in
+    (or nested in) ``limit_core_num(1, 1)`` stay ``mm``; ``limit_core_num(1, 2)`` allows both
+    threads."""
+    x, w = torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT)
+    counts = op_counts_after(traced, products_in_blocks, (x, w), (MM, BMM))
+    assert counts == {MM: 2, BMM: 2}
+    compiled = torch.compile(products_in_blocks, backend="npugraph_ex", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, w), products_in_blocks(x, w), **TOLERANCE)

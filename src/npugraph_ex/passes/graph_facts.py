@@ -1,4 +1,5 @@
-"""What passes ask of a graph: node order, aliases of a value, fake values for new nodes."""
+"""What passes ask of a graph: node order, aliases of a value, fake values for new nodes, the
+scopes (``npugraph_ex.scope``) a node lies in."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.schemas import inplace_overload
+from npugraph_ex.scope.ops import LIMIT_CORE_NUM, SCOPE_ENTER, SCOPE_EXIT
 
 
 def fake_value(node: Any) -> Any:
@@ -98,3 +100,43 @@ def write_in_place(graph: torch.fx.Graph, op: torch.fx.Node) -> torch.fx.Node:
     op.replace_all_uses_with(written)
     graph.erase_node(op)
     return written
+
+
+def has_scopes(graph: torch.fx.Graph) -> bool:
+    return bool(graph.find_nodes(op="call_function", target=SCOPE_ENTER))
+
+
+def within_one_scope(nodes: Sequence[torch.fx.Node]) -> bool:
+    """Whether no scope edge lies between any two of ``nodes`` (fusing them moves none of their
+    ops out of, or into, a scope)."""
+    return len({scope_edge_before(node) for node in nodes}) <= 1
+
+
+def scope_edge_before(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The nearest ``scope_enter``/``scope_exit`` before ``node`` in the graph, or None."""
+    if not has_scopes(node.graph):
+        return None
+    previous = node.prev
+    while previous.op != "root":
+        if previous.target in (SCOPE_ENTER, SCOPE_EXIT):
+            return previous
+        previous = previous.prev
+    return None
+
+
+def core_cap_at(node: torch.fx.Node) -> int | None:
+    """The fewest cores a ``limit_core_num`` block around ``node`` allows (the larger of its
+    two numbers, as a CPU applies it), or None outside every such block."""
+    if not has_scopes(node.graph):
+        return None
+    cap, depth, previous = None, 0, node.prev
+    while previous.op != "root":
+        if previous.target is SCOPE_EXIT:
+            depth += 1
+        elif previous.target is SCOPE_ENTER and depth > 0:
+            depth -= 1
+        elif previous.target is SCOPE_ENTER and previous.args[0] == LIMIT_CORE_NUM:
+            block_cap = max(previous.args[2])
+            cap = block_cap if cap is None else min(cap, block_cap)
+        previous = previous.prev
+    return cap

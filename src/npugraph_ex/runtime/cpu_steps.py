@@ -16,7 +16,7 @@ Rules, per kernel:
   (Python numbers it takes as tensors are wrapped once, at capture, where that is exact);
 - any other functional kernel computes a temporary and copies it into its recorded output;
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
-- scope markers (``npugraph_ex.scope``) are re-issued as recorded: their effect is on the host;
+- scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
 - ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped.
 """
 
@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, out_variant
-from npugraph_ex.scope.ops import is_scope_marker
+from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
 aten = torch.ops.aten
 
@@ -63,8 +63,8 @@ Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 ``out=`` steps (``cpu_bindings`` swaps in the fastest way to call it)."""
 
 PlannedStep = tuple[str, Step]
-"""A step and its kind: ``"inplace"`` or ``"host"`` (re-issued as recorded), ``"out"`` or
-``"copy"``."""
+"""A step and its kind: ``"inplace"`` (re-issued as recorded), ``"host"`` (a scope's effect),
+``"out"`` or ``"copy"``."""
 
 
 def numbers_for_tensors(op: OpOverload, args: tuple, kwargs: dict) -> frozenset[str]:
@@ -129,7 +129,7 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     if op in UNINITIALISED_FACTORIES:
         return None
     if is_scope_marker(op):
-        return "host", (op, args, kwargs)
+        return "host", (host_effect(op), args, kwargs)
     leaves = pytree.tree_leaves(result)
     if any(not isinstance(leaf, torch.Tensor) for leaf in leaves if leaf is not None):
         if torch.Tag.data_dependent_output in op.tags:

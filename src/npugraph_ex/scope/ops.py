@@ -52,26 +52,32 @@ def limit_threads(values: Sequence[int]) -> Callable[[], None]:
     return lambda: torch.set_num_threads(previous)
 
 
-# Compilers must never trace these: their check of ``is_compiling`` would become a constant.
-@torch.compiler.disable
-def enter_scope(kind: str, tag: str, values: Sequence[int]) -> None:
-    # Tracers run the op too (Dynamo, AOTAutograd): only a real run applies the scope, and
-    # Dynamo checks that tracing leaves the thread count as it found it.
-    if torch.compiler.is_compiling():
-        return
+def apply_scope(kind: str, tag: str, values: Sequence[int]) -> None:
     undo = limit_threads(values) if kind == LIMIT_CORE_NUM else (lambda: None)
     open_exits().append(undo)
 
 
-@torch.compiler.disable
-def exit_scope() -> None:
-    if torch.compiler.is_compiling():
-        return
+def undo_scope() -> None:
     exits = open_exits()
     # An exit without its enter (a graph that starts inside a scope, after a graph break)
     # has nothing to undo.
     if exits:
         exits.pop()()
+
+
+# The ops' kernels. Tracers run them too (Dynamo, AOTAutograd): only a real run applies the
+# scope, and Dynamo checks that tracing leaves the thread count as it found it. Compilers must
+# never trace into them: the check of ``is_compiling`` would become a constant.
+@torch.compiler.disable
+def enter_scope(kind: str, tag: str, values: Sequence[int]) -> None:
+    if not torch.compiler.is_compiling():
+        apply_scope(kind, tag, values)
+
+
+@torch.compiler.disable
+def exit_scope() -> None:
+    if not torch.compiler.is_compiling():
+        undo_scope()
 
 
 def define_scope_ops() -> tuple[OpOverload, OpOverload]:
@@ -97,6 +103,12 @@ def scopes_in(graph: torch.fx.Graph) -> list[str]:
     """The kinds of the scopes ``graph`` enters, in order of first appearance."""
     kinds = [node.args[0] for node in graph.find_nodes(op="call_function", target=SCOPE_ENTER)]
     return list(dict.fromkeys(kinds))
+
+
+def host_effect(op: OpOverload) -> Callable[..., None]:
+    """What a replay calls for a scope op, with the op's arguments: its effect alone, without
+    the dispatcher and the compiler guard around the op's kernel (a replay is never traced)."""
+    return apply_scope if op.name() == f"{NAMESPACE}::scope_enter" else undo_scope
 
 
 def is_scope_marker(op: object) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT
+from npugraph_ex.passes.graph_facts import within_one_scope
 
 
 def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
@@ -140,25 +140,6 @@ def add_replacement(
         search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, check, **options
     )
     return bool(added)
-
-
-def within_one_scope(nodes: Sequence[torch.fx.Node]) -> bool:
-    """Whether no scope marker lies between any two of ``nodes`` (fusing them moves none of
-    their ops out of, or into, a scope)."""
-    return len({scope_marker_before(node) for node in nodes}) <= 1
-
-
-def scope_marker_before(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The nearest ``scope_enter``/``scope_exit`` before ``node`` in the graph, or None."""
-    graph = node.graph
-    if not any(graph.find_nodes(op="call_function", target=t) for t in (SCOPE_ENTER, SCOPE_EXIT)):
-        return None
-    previous = node.prev
-    while previous.op != "root":
-        if previous.target in (SCOPE_ENTER, SCOPE_EXIT):
-            return previous
-        previous = previous.prev
-    return None
 
 
 @functools.cache

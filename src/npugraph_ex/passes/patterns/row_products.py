@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.passes.graph_facts import core_cap_at
+
 MIN_WEIGHT_ELEMENTS = 32 * 1024
 """Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
 which a small product does not win back when its weight is in the CPU caches: ``python
@@ -97,7 +99,11 @@ def row_major(product: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.
 def splittable(match: Any) -> bool:
     """A float32 CPU product of at most ``MAX_ROWS`` rows (a constant, not a symbolic size) by a
     contiguous weight of at least ``MIN_WEIGHT_ELEMENTS`` whose rows split into at least two
-    blocks."""
+    blocks, outside any ``limit_core_num`` block that allows fewer cores than there are threads
+    (the blocks would outnumber the threads it runs on)."""
+    cap = core_cap_at(match.nodes[0])
+    if cap is not None and cap < torch.get_num_threads():
+        return False
     x, w = (match.kwargs[name].meta.get("val") for name in ("x", "w"))
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
         return False
