@@ -69,6 +69,8 @@ class StaticKernelCompiler:
 
     def lower(self, args: Sequence[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx_inner
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         scopes = scopes_in(self.gm.graph)
         if scopes:
@@ -76,8 +78,6 @@ class StaticKernelCompiler:
                 f"the graph holds npugraph_ex.scope blocks ({', '.join(scopes)}), "
                 "which Inductor cannot lower"
             )
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         # Inductor's FX graph cache needs a shape env in the tracing context, even when every
         # size is static.

@@ -35,7 +35,7 @@ def stream(tag: str, priority: int = 0) -> Scope:
     """Ops inside run as the branch named ``tag`` (TorchAir's ``npu_stream_switch``).
 
     Passes never move or fuse ops across the scope's edges. Every device runs the branch in
-    program order on the current stream for now.
+    program order on the current stream: parallel branches on side streams are not built.
     """
     if not isinstance(tag, str) or not tag:
         raise ScopeError(f"stream tag must be a non-empty str, got {tag!r}: name the branch")

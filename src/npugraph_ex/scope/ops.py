@@ -8,7 +8,7 @@
 They take and return no tensors, so every tracer would drop them as dead code: they are
 registered as side-effectful, which keeps them, in program order, in Dynamo's, AOTAutograd's and
 the passes' graphs. Running one applies the scope on the host, whoever runs it (eager code, a
-graph run as is, the CPU replay engine, which re-issues them as recorded):
+graph run as is, the CPU replay engine, which calls their effect in their place):
 
 - ``limit_core_num`` caps the intra-op thread count until its exit;
 - a stream scope keeps its ops in program order on the current stream.
@@ -26,7 +26,6 @@ import torch
 from torch._ops import OpOverload
 
 NAMESPACE = "npugraph_ex"
-MARKER_NAMES = frozenset({f"{NAMESPACE}::scope_enter", f"{NAMESPACE}::scope_exit"})
 
 LIMIT_CORE_NUM = "limit_core_num"
 STREAM = "stream"
@@ -108,9 +107,8 @@ def scopes_in(graph: torch.fx.Graph) -> list[str]:
 def host_effect(op: OpOverload) -> Callable[..., None]:
     """What a replay calls for a scope op, with the op's arguments: its effect alone, without
     the dispatcher and the compiler guard around the op's kernel (a replay is never traced)."""
-    return apply_scope if op.name() == f"{NAMESPACE}::scope_enter" else undo_scope
+    return apply_scope if op is SCOPE_ENTER else undo_scope
 
 
 def is_scope_marker(op: object) -> bool:
-    schema = getattr(op, "_schema", None)
-    return schema is not None and schema.name in MARKER_NAMES
+    return op is SCOPE_ENTER or op is SCOPE_EXIT
