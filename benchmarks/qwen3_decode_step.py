@@ -1,7 +1,7 @@
 """How much faster is a fixed-shape Qwen3 decode step under npugraph_ex than in eager mode?
 
 One decode step (one token, ``StaticCache``) of a Qwen3 causal LM built from a config with random
-weights, timed four ways in one interleaved loop:
+weights, timed several ways in one interleaved loop:
 
 - eager: the plain step;
 - npugraph_ex: ``torch.compile(step, backend="npugraph_ex", fullgraph=True)``;
@@ -13,6 +13,11 @@ weights, timed four ways in one interleaved loop:
 - guards skipped: the npugraph_ex step under ``torch.compiler.set_stance("default",
   skip_guard_eval_unsafe=True)``, which shows what Dynamo's guard check costs (unsafe in general;
   here every call has the same kinds of inputs as the compiled one);
+- module guards skipped: the step compiled with ``options={"guard_filter_fn":
+  torch.compiler.skip_guard_on_all_nn_modules_unsafe}``, which drops Dynamo's guards on the model's
+  modules and keeps those on the inputs (the KV cache, the token, the position);
+- no passes: the step compiled with every optimisation pass off, called as the user calls it, and
+  the same with the modules' guards skipped;
 - with ``--static-kernels``, the same three for the step compiled with ``static_kernel_compile``
   (its bare call runs the key's Inductor kernels).
 
@@ -94,6 +99,14 @@ STATIC_KERNELS = {"static_kernel_compile": True}
 """The key's graph compiled by Inductor for its shapes (``--static-kernels``)."""
 
 
+def without_module_guards(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` plus PyTorch's guard filter that skips the guards on ``nn.Module`` state.
+
+    A new dict on every call: ``torch.compile`` pops ``guard_filter_fn`` from the one it gets.
+    """
+    return {**options, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+
+
 @dataclass
 class Bench:
     """One preset's model, its steps and their caches."""
@@ -105,6 +118,8 @@ class Bench:
     step: Callable[..., torch.Tensor] = field(init=False)
     compiled: Callable[..., torch.Tensor] = field(init=False)
     unoptimised: Callable[..., torch.Tensor] = field(init=False)
+    unguarded_modules: Callable[..., torch.Tensor] = field(init=False)
+    unoptimised_unguarded_modules: Callable[..., torch.Tensor] = field(init=False)
     static: Callable[..., torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +137,14 @@ class Bench:
         def static_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
             return step(ids, pos, cache)
 
+        def filtered_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+            return step(ids, pos, cache)
+
+        def filtered_same_step(
+            ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache
+        ) -> torch.Tensor:
+            return step(ids, pos, cache)
+
         self.step = step
         self.static = torch.compile(
             static_step, backend="npugraph_ex", fullgraph=True, options=STATIC_KERNELS
@@ -129,6 +152,15 @@ class Bench:
         self.compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
         self.unoptimised = torch.compile(
             same_step, backend="npugraph_ex", fullgraph=True, options=NO_PASSES
+        )
+        self.unguarded_modules = torch.compile(
+            filtered_step, backend="npugraph_ex", fullgraph=True, options=without_module_guards({})
+        )
+        self.unoptimised_unguarded_modules = torch.compile(
+            filtered_same_step,
+            backend="npugraph_ex",
+            fullgraph=True,
+            options=without_module_guards(NO_PASSES),
         )
 
     def new_cache(self) -> StaticCache:
@@ -302,10 +334,20 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     unoptimised_cache = bench.new_cache()
     bench.unoptimised(torch.tensor([[1]]), torch.tensor([0]), unoptimised_cache)
     _, unoptimised_graph = captured_graph(before_unoptimised)
+    unguarded_cache, unoptimised_unguarded_cache = bench.new_cache(), bench.new_cache()
+    bench.unguarded_modules(torch.tensor([[1]]), torch.tensor([0]), unguarded_cache)
+    bench.unoptimised_unguarded_modules(
+        torch.tensor([[1]]), torch.tensor([0]), unoptimised_unguarded_cache
+    )
     blocks = {
         "eager": step_block(bench.step, eager_cache, args.steps),
         "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
         "guards skipped": unguarded(step_block(bench.compiled, compiled_cache, args.steps)),
+        "module guards skipped": step_block(bench.unguarded_modules, unguarded_cache, args.steps),
+        "no passes": step_block(bench.unoptimised, unoptimised_cache, args.steps),
+        "no passes, module guards skipped": step_block(
+            bench.unoptimised_unguarded_modules, unoptimised_unguarded_cache, args.steps
+        ),
         "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
         "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
         "step loop": bare_block(step_loop(graph), compiled_cache, args.steps),
@@ -372,12 +414,31 @@ TIMING_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
         r["median_ms"]["capture manager"] - r["median_ms"]["replay-only"]
     ),
     "kernels/replay": lambda r: r["kernels_per_replay"],
-    "no passes: kernels": lambda r: r["kernels_per_replay_no_passes"],
-    "no passes: replay ms": lambda r: r["median_ms"]["replay-only, no passes"],
     "captures": lambda r: r["stats"]["captures"],
     "replays": lambda r: r["stats"]["replays"],
     "spread": lambda r: f"{max(r['spread'].values()) * 100:.0f}%",
 }
+
+
+def speedup(variant: str) -> Callable[[dict[str, Any]], str]:
+    """A column: eager's median over ``variant``'s."""
+    return lambda r: f"{r['median_ms']['eager'] / r['median_ms'][variant]:.2f}x"
+
+
+GUARD_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "eager ms": lambda r: r["median_ms"]["eager"],
+    "npugraph_ex ms": lambda r: r["median_ms"]["npugraph_ex"],
+    "module guards skipped ms": lambda r: r["median_ms"]["module guards skipped"],
+    "speed-up": speedup("npugraph_ex"),
+    "module guards skipped": speedup("module guards skipped"),
+    "no passes ms": lambda r: r["median_ms"]["no passes"],
+    "no passes: replay ms": lambda r: r["median_ms"]["replay-only, no passes"],
+    "no passes: kernels": lambda r: r["kernels_per_replay_no_passes"],
+    "no passes: speed-up": speedup("no passes"),
+    "no passes, module guards skipped": speedup("no passes, module guards skipped"),
+}
+"""The step with every pass off, and both steps with Dynamo's guards on the model's modules
+skipped (``guard_filter_fn``)."""
 
 
 STATIC_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -418,9 +479,12 @@ around the graph cost nothing; guards+wrappers = npugraph_ex - replay-only, of w
 manager (called directly: key lookup, address checks, input copies) costs capture manager - replay.
 kernel share, matmul share = the part of a replay's time (under torch.profiler) spent in ATen ops
 (self CPU time), and in matrix products (mm, addmm, bmm).
-no passes = the same step captured with every optimisation pass off (its bare replay).
 step loop = the replay's steps run by a plain loop; guards skipped = the npugraph_ex step with
 Dynamo's guard check skipped (torch.compiler.set_stance, skip_guard_eval_unsafe=True).
+no passes = the same step compiled with every optimisation pass off (called, and its bare replay);
+module guards skipped = compiled with options={"guard_filter_fn":
+torch.compiler.skip_guard_on_all_nn_modules_unsafe}: no guards on the model's modules, those on
+the inputs kept.
 spread = (max - min) / median of the noisiest variant's repeats.
 "Dynamo alone" is torch.compile(step, backend="eager"): tracing without npugraph_ex."""
 
@@ -434,6 +498,9 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
     rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
     print(format_table(["preset", *TIMING_COLUMNS], rows))
+    print()
+    guard_rows = [[r["preset"], *(cell(r) for cell in GUARD_COLUMNS.values())] for r in results]
+    print(format_table(["preset", *GUARD_COLUMNS], guard_rows))
     if args.static_kernels:
         print()
         static_rows = [

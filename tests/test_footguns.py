@@ -134,3 +134,32 @@ def test_a_graph_break_inside_a_scope_runs_the_whole_function_eagerly() -> None:
     torch._dynamo.reset()  # forget that Dynamo gave up on the frame
     with pytest.raises(torch._dynamo.exc.Unsupported):
         torch.compile(broken, backend="npugraph_ex", fullgraph=True)(x)
+
+
+class Scaled(torch.nn.Module):
+    """A linear layer times a float the module holds (as a norm holds its eps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2, bias=False)
+        self.scale = 2.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.scale
+
+
+@torch.no_grad()
+def test_with_module_guards_filtered_out_module_state_changes_go_unseen() -> None:
+    model = Scaled()
+    options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+    fn = torch.compile(model, backend="npugraph_ex", fullgraph=True, options=options)
+    x = torch.ones(1, 2)
+    fn(x)
+    # Dynamo no longer checks the modules' attributes: the float the graph was traced with stays.
+    model.scale = 3.0
+    assert torch.equal(fn(x), model.lin(x) * 2.0)
+    # A parameter is still read from the module on every call and its address is in the graph
+    # key (without frozen_parameter), so a new one is captured, not missed.
+    model.lin.weight = torch.nn.Parameter(torch.ones(2, 2))
+    assert torch.equal(fn(x), torch.full((1, 2), 4.0))
+    assert npugraph_ex.stats()["totals"]["captures"] == 2
