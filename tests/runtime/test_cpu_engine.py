@@ -9,6 +9,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.cpu_steps import result_tensor_lister, tensors_in_result
 from npugraph_ex.schemas import out_variant
 
 aten = torch.ops.aten
@@ -82,6 +83,24 @@ def test_kernel_without_out_overload_computes_and_copies() -> None:
     q.copy_(torch.randn(1, 2, 4, 8))
     graph.replay()
     assert torch.equal(graph.outputs[0], attention(q, k, v))
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        torch.ones(2),
+        (torch.ones(2), torch.zeros(3)),
+        [torch.ones(2), torch.zeros(3)],
+        (None, torch.ones(2), torch.zeros(3)),  # a tensor's place is after the None is dropped
+        (torch.ones(2), [torch.zeros(3), torch.full((1,), 2.0)]),
+    ],
+    ids=["tensor", "tuple", "list", "with-none", "nested"],
+)
+def test_a_kernel_result_lists_its_tensors_as_capture_indexed_them(result) -> None:
+    listed = result_tensor_lister(result)(result)
+    expected = tensors_in_result(result)
+    assert len(listed) == len(expected)
+    assert all(a is b for a, b in zip(listed, expected, strict=True))
 
 
 def test_in_place_kernels_are_reissued_on_the_same_tensor() -> None:

@@ -134,13 +134,13 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     if any(not isinstance(leaf, torch.Tensor) for leaf in leaves if leaf is not None):
         if torch.Tag.data_dependent_output in op.tags:
             raise CaptureError(f"{op} reads tensor data on the host")
-    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    tensors = tensors_in_result(result)
     input_storages = storages_of((args, kwargs))
     fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
     if op._schema.is_mutable:
         if not fresh:
             return "inplace", (op, args, kwargs)
-        return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
+        return "copy", compute_and_copy(op, args, kwargs, result, fresh)
     if not fresh:
         return None
     if op in COPIES_OF_FIRST_ARGUMENT:
@@ -152,11 +152,26 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
         out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
         out_kwargs.update(zip(out_names, result_structure(op, result), strict=True))
         return "out", (out_op, args, out_kwargs)
-    return "copy", compute_and_copy(op, args, kwargs, tensors, fresh)
+    return "copy", compute_and_copy(op, args, kwargs, result, fresh)
+
+
+def tensors_in_result(result: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+
+
+def result_tensor_lister(result: Any) -> Callable[[Any], Sequence[torch.Tensor]]:
+    """How to list a kernel's tensor results on replay, chosen from what it returned at capture
+    (the same kernel on the same arguments returns the same structure): the common shapes, one
+    tensor or a tuple of tensors, without walking the structure on every call."""
+    if isinstance(result, torch.Tensor):
+        return lambda new: (new,)
+    if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
+        return lambda new: new
+    return tensors_in_result
 
 
 def compute_and_copy(
-    op: OpOverload, args: tuple, kwargs: dict, tensors: list[torch.Tensor], fresh: list[int]
+    op: OpOverload, args: tuple, kwargs: dict, result: Any, fresh: list[int]
 ) -> Step:
     """A step that runs ``op`` functionally and copies its fresh outputs into the recorded ones.
 
@@ -165,10 +180,11 @@ def compute_and_copy(
     """
     kernel = op._op
     indices = tuple(fresh)
+    tensors = tensors_in_result(result)
+    listed = result_tensor_lister(result)
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
-        result = kernel(*call_args, **call_kwargs)
-        new = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+        new = listed(kernel(*call_args, **call_kwargs))
         for index, target in zip(indices, targets, strict=True):
             target.copy_(new[index])
 
