@@ -134,7 +134,7 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     if any(not isinstance(leaf, torch.Tensor) for leaf in leaves if leaf is not None):
         if torch.Tag.data_dependent_output in op.tags:
             raise CaptureError(f"{op} reads tensor data on the host")
-    tensors = tensors_in_result(result)
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
     input_storages = storages_of((args, kwargs))
     fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
     if op._schema.is_mutable:
@@ -180,8 +180,8 @@ def compute_and_copy(
     """
     kernel = op._op
     indices = tuple(fresh)
-    tensors = tensors_in_result(result)
     listed = result_tensor_lister(result)
+    tensors = listed(result)
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
         new = listed(kernel(*call_args, **call_kwargs))
