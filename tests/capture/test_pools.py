@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import threading
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,8 @@ import npugraph_ex
 from helpers import assert_same, graphs_called, totals
 from models import make_cnn, make_mlp
 from npugraph_ex.errors import ConfigError
+
+THREADED_RUN = Path(__file__).with_name("threaded_replay_run.py")
 
 
 def compiled(fn, **options):
@@ -150,25 +155,11 @@ def test_clone_output_returns_private_copies_from_a_shared_pool(device: str) -> 
     assert third.data_ptr() not in (first.data_ptr(), second.data_ptr())
 
 
-@torch.no_grad()
 def test_two_threads_replaying_keys_of_one_pool_get_their_own_results() -> None:
-    w = torch.randn(16, 32)
-    fn = compiled(expand)
-    for rows in (4, 64):  # both keys captured up front, in one pool
-        fn(torch.randn(rows, 16), w)
-    failures = []
-
-    def run(rows: int) -> None:
-        with torch.no_grad():
-            for _ in range(40):
-                x = torch.randn(rows, 16)
-                if not torch.equal(fn(x, w), expand(x, w)):
-                    failures.append(rows)
-
-    threads = [threading.Thread(target=run, args=(rows,)) for rows in (4, 64)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
-    assert totals()["replays"] == 80
+    # In a fresh process: before torch 2.12, Dynamo's own state does not survive threads.
+    done = subprocess.run(
+        [sys.executable, str(THREADED_RUN)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"failures": [], "replays": 2 * 40}

@@ -68,6 +68,29 @@ def test_attention_written_out_becomes_one_kernel(traced, heads, kv_heads, maske
     assert counts["aten._softmax.default"] == 0 and counts["aten.bmm.default"] == 0
 
 
+def biased_attention(q, k, v, bias, mask):
+    """T5's attention where the padding mask is a tensor: a position bias, then the mask."""
+    weights = torch.matmul(q, k.transpose(3, 2)) + bias + mask
+    weights = F.softmax(weights.float(), dim=-1).type_as(weights)
+    return torch.matmul(weights, v)
+
+
+@torch.no_grad()
+def test_a_position_bias_and_a_mask_become_one_mask_of_one_kernel(traced) -> None:
+    q, k, v, mask = inputs(4, 4)
+    bias = torch.randn(1, 4, 6, 6)
+    graph = traced(biased_attention, q, k, v, bias, mask)
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    assert graph.op_counts()["aten.add.Tensor"] == 2
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    counts = graph.op_counts()
+    assert counts[str(FLASH)] == 1 and counts["aten._softmax.default"] == 0
+    assert counts["aten.add.Tensor"] == 1  # bias + mask, the fused kernel's one mask
+    compiled = torch.compile(biased_attention, backend="npugraph_ex", fullgraph=True)
+    expected = biased_attention(q, k, v, bias, mask)
+    torch.testing.assert_close(compiled(q, k, v, bias, mask), expected, **TOLERANCE)
+
+
 def test_attention_with_dropout_in_training_is_left_alone(traced) -> None:
     q, k, v, mask = inputs()
     graph = traced(lambda *a: eager_attention(*a, training=True), q, k, v, mask)

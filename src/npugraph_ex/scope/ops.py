@@ -79,6 +79,10 @@ def exit_scope() -> None:
         undo_scope()
 
 
+def trace_nothing(*args: object) -> None:
+    """The ops' fake kernel: a traced scope op applies nothing (only a real run does)."""
+
+
 def define_scope_ops() -> tuple[OpOverload, OpOverload]:
     """Define ``scope_enter`` and ``scope_exit`` and register them as side-effectful."""
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -86,6 +90,11 @@ def define_scope_ops() -> tuple[OpOverload, OpOverload]:
     library.define("scope_exit() -> ()")
     library.impl("scope_enter", enter_scope, "CompositeExplicitAutograd")
     library.impl("scope_exit", exit_scope, "CompositeExplicitAutograd")
+    # Tracing with fake tensors (Dynamo, AOTAutograd) runs these instead, on every release:
+    # some releases do not flag the fake runs as compiling, and a real run there would leave the
+    # thread count changed when a graph break stops the trace inside a block.
+    for name in ("scope_enter", "scope_exit"):
+        torch.library.register_fake(f"{NAMESPACE}::{name}", trace_nothing, lib=library)
     # The library must stay alive: its definitions go when it is collected.
     LIBRARIES.append(library)
     ops = (torch.ops.npugraph_ex.scope_enter.default, torch.ops.npugraph_ex.scope_exit.default)

@@ -8,7 +8,8 @@
 The scores never exist as a tensor and K/V are not copied per query head. Matched with and
 without the additive mask, with and without repeated heads (``num_key_value_groups`` of 1), and
 without the scale (``scale=1``): models that scale the query first (OPT) or not at all (T5), and
-a ``* 1.0`` that ``remove_noop_ops`` has already dropped.
+a ``* 1.0`` that ``remove_noop_ops`` has already dropped. Two additive terms (T5's position bias,
+then a padding mask, which some PyTorch releases trace as a tensor) become one mask, their sum.
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
 float32 values, measured against eager in the tests); dropout must be off (``training=False``),
 which is how the graph reaches this pass in inference.
@@ -67,6 +68,11 @@ def plain_unscaled(q, k, v):  # noqa: ANN001, ANN201
     return torch.matmul(weights(q, k), v)
 
 
+def plain_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
+    scores = torch.matmul(q, k.transpose(2, 3)) + bias + mask
+    return torch.matmul(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
 def fused_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
@@ -81,6 +87,12 @@ def fused_masked_unscaled(q, k, v, mask):  # noqa: ANN001, ANN201
 
 def fused_unscaled(q, k, v):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, scale=1.0, enable_gqa=True)
+
+
+def fused_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias + mask, scale=1.0, enable_gqa=True
+    )
 
 
 def register() -> None:
@@ -104,3 +116,7 @@ def register() -> None:
     ):
         masked = replace is fused_masked_unscaled
         register_replacement(search, replace, [q, kv, kv.clone(), *([mask] if masked else [])])
+    bias = torch.randn(1, 4, 3, 5)
+    register_replacement(
+        plain_biased_masked_unscaled, fused_biased_masked_unscaled, [q, k, k.clone(), bias, mask]
+    )

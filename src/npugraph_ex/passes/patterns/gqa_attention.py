@@ -52,7 +52,8 @@ def causal_replace(q, k, v, scale):  # noqa: ANN001, ANN201
 
 def scale_is_a_number(match: Any) -> bool:
     """The fused kernels take the scale as a Python number (or none: the default); a graph may
-    multiply by a 0-d tensor instead, which they cannot take."""
+    multiply by a 0-d tensor instead, which they cannot take. (Absent: a number the re-check
+    matched as a literal, as ``rms_norm.fusable`` explains.)"""
     scale = match.kwargs.get("scale")
     return scale is None or isinstance(scale, (int, float))
 

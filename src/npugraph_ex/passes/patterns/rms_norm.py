@@ -55,7 +55,9 @@ def fusable(match: Any) -> bool:
     """A fused kernel exists for the input's device, and it computes what the graph does: a
     weight of the normalised size and the input's dtype, and a number for eps."""
     x, w = (match.kwargs[name].meta["val"] for name in ("x", "w"))
-    eps = match.kwargs.get("eps")
+    # Absent: the graph holds eps as a number other than the traced example, which some releases'
+    # re-check (torch 2.11) matches as a literal instead of naming it.
+    eps = match.kwargs.get("eps", EPS)
     return (
         isinstance(eps, (int, float))
         and w.dim() == 1

@@ -1,0 +1,55 @@
+"""Two threads replay the two keys of one pool at once, in a fresh process; reports as JSON.
+
+Run by ``test_pools.py``. Dynamo itself is not thread-safe before torch 2.12 (pytorch#118260):
+threads entering one compiled function race on its config patching and can leave the process's
+Dynamo state changed (dynamic shapes on, resumed frames after a graph break left uncompiled),
+which would leak into every later test. Prints one JSON line: the calls whose result differed
+from eager (by row count) and the replays counted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import torch
+
+import npugraph_ex
+
+CALLS = 40
+ROWS = (4, 64)
+
+
+def expand(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = (x @ w).relu()
+    return torch.cat([h, h.sigmoid()], dim=-1) * 2
+
+
+@torch.no_grad()
+def main() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(16, 32)
+    fn = torch.compile(expand, backend="npugraph_ex", fullgraph=True, dynamic=True)
+    for rows in ROWS:  # both keys captured up front, in one pool
+        fn(torch.randn(rows, 16), w)
+    npugraph_ex.reset_stats()
+    failures: list[int] = []
+
+    def run(rows: int) -> None:
+        with torch.no_grad():
+            for _ in range(CALLS):
+                x = torch.randn(rows, 16)
+                if not torch.equal(fn(x, w), expand(x, w)):
+                    failures.append(rows)
+
+    threads = [threading.Thread(target=run, args=(rows,)) for rows in ROWS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    totals = npugraph_ex.stats()["totals"]
+    print(json.dumps({"failures": failures, "replays": totals["replays"]}))
+
+
+if __name__ == "__main__":
+    main()
