@@ -16,6 +16,8 @@ weights, timed several ways in one interleaved loop:
 - module guards skipped: the step compiled with ``options={"guard_filter_fn":
   torch.compiler.skip_guard_on_all_nn_modules_unsafe}``, which drops Dynamo's guards on the model's
   modules and keeps those on the inputs (the KV cache, the token, the position);
+- no fusion: the step compiled with ``pattern_fusion_pass=False``, the other passes on; its logits
+  are compared with Dynamo alone's, which they must equal bit for bit;
 - no passes: the step compiled with every optimisation pass off, called as the user calls it, and
   the same with the modules' guards skipped;
 - with ``--static-kernels``, the same three for the step compiled with ``static_kernel_compile``
@@ -95,6 +97,9 @@ NO_PASSES = {
 }
 """Every optimisation pass off: the graph AOTAutograd produced, captured as it is."""
 
+NO_FUSION = {"pattern_fusion_pass": False}
+"""No fusion pattern: the graph's own kernels, with no-ops removed and writes made in place."""
+
 STATIC_KERNELS = {"static_kernel_compile": True}
 """The key's graph compiled by Inductor for its shapes (``--static-kernels``)."""
 
@@ -117,6 +122,7 @@ class Bench:
     max_cache_len: int
     step: Callable[..., torch.Tensor] = field(init=False)
     compiled: Callable[..., torch.Tensor] = field(init=False)
+    unfused: Callable[..., torch.Tensor] = field(init=False)
     unoptimised: Callable[..., torch.Tensor] = field(init=False)
     unguarded_modules: Callable[..., torch.Tensor] = field(init=False)
     unoptimised_unguarded_modules: Callable[..., torch.Tensor] = field(init=False)
@@ -137,6 +143,9 @@ class Bench:
         def static_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
             return step(ids, pos, cache)
 
+        def unfused_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+            return step(ids, pos, cache)
+
         def filtered_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
             return step(ids, pos, cache)
 
@@ -150,6 +159,9 @@ class Bench:
             static_step, backend="npugraph_ex", fullgraph=True, options=STATIC_KERNELS
         )
         self.compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
+        self.unfused = torch.compile(
+            unfused_step, backend="npugraph_ex", fullgraph=True, options=NO_FUSION
+        )
         self.unoptimised = torch.compile(
             same_step, backend="npugraph_ex", fullgraph=True, options=NO_PASSES
         )
@@ -221,10 +233,14 @@ class Numerics:
     eager_tokens: list[int]
     eager_logits: list[torch.Tensor]
     logits: list[torch.Tensor]
+    unfused_logits: list[torch.Tensor]
 
 
-def check_numerics(bench: Bench, cache: StaticCache, steps: int) -> Numerics:
-    """Compiled logits against eager on the same inputs, and greedy-token agreement.
+def check_numerics(
+    bench: Bench, cache: StaticCache, unfused_cache: StaticCache, steps: int
+) -> Numerics:
+    """Compiled logits (with and without fusion) against eager on the same inputs, and
+    greedy-token agreement.
 
     Logits are compared with both steps fed eager's greedy tokens, so one early difference in a
     pick cannot cascade.
@@ -233,12 +249,14 @@ def check_numerics(bench: Bench, cache: StaticCache, steps: int) -> Numerics:
     eager_logits = forced_logits(bench.step, bench.new_cache(), eager_tokens)
     logits = forced_logits(bench.compiled, cache, eager_tokens)
     tokens = greedy_tokens(bench.compiled, cache, steps)
+    unfused_logits = forced_logits(bench.unfused, unfused_cache, eager_tokens)
     result: dict[str, Any] = {
         "steps": steps,
         "vs_eager": compare(eager_logits, logits),
+        "no_fusion_vs_eager": compare(eager_logits, unfused_logits),
         "greedy_tokens_agree": sum(a == b for a, b in zip(eager_tokens, tokens, strict=True)),
     }
-    return Numerics(result, eager_tokens, eager_logits, logits)
+    return Numerics(result, eager_tokens, eager_logits, logits, unfused_logits)
 
 
 def compare_dynamo_alone(bench: Bench, numerics: Numerics) -> None:
@@ -251,6 +269,7 @@ def compare_dynamo_alone(bench: Bench, numerics: Numerics) -> None:
     dynamo_logits = forced_logits(dynamo, bench.new_cache(), numerics.eager_tokens)
     numerics.result["dynamo_eager_vs_eager"] = compare(numerics.eager_logits, dynamo_logits)
     numerics.result["vs_dynamo_eager"] = compare(dynamo_logits, numerics.logits)
+    numerics.result["no_fusion_vs_dynamo_eager"] = compare(dynamo_logits, numerics.unfused_logits)
 
 
 def step_block(fn: Callable[..., Any], cache: StaticCache, steps: int) -> Callable[[], float]:
@@ -324,11 +343,11 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     """Check numerics, then time eager / npugraph_ex / replay-only interleaved."""
     bench = build(preset, args.max_cache_len, args.seed, args.family)
     before = live_graph_numbers()
-    eager_cache, compiled_cache = bench.new_cache(), bench.new_cache()
+    eager_cache, compiled_cache, unfused_cache = (bench.new_cache() for _ in range(3))
     start = time.perf_counter()
     bench.compiled(torch.tensor([[1]]), torch.tensor([0]), compiled_cache)
     first_call_s = time.perf_counter() - start
-    numerics = check_numerics(bench, compiled_cache, args.check_steps)
+    numerics = check_numerics(bench, compiled_cache, unfused_cache, args.check_steps)
     manager, graph = captured_graph(before)
     before_unoptimised = live_graph_numbers()
     unoptimised_cache = bench.new_cache()
@@ -344,6 +363,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
         "npugraph_ex": step_block(bench.compiled, compiled_cache, args.steps),
         "guards skipped": unguarded(step_block(bench.compiled, compiled_cache, args.steps)),
         "module guards skipped": step_block(bench.unguarded_modules, unguarded_cache, args.steps),
+        "no fusion": step_block(bench.unfused, unfused_cache, args.steps),
         "no passes": step_block(bench.unoptimised, unoptimised_cache, args.steps),
         "no passes, module guards skipped": step_block(
             bench.unoptimised_unguarded_modules, unoptimised_unguarded_cache, args.steps
@@ -431,14 +451,16 @@ GUARD_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "module guards skipped ms": lambda r: r["median_ms"]["module guards skipped"],
     "speed-up": speedup("npugraph_ex"),
     "module guards skipped": speedup("module guards skipped"),
+    "no fusion ms": lambda r: r["median_ms"]["no fusion"],
+    "no fusion: speed-up": speedup("no fusion"),
     "no passes ms": lambda r: r["median_ms"]["no passes"],
     "no passes: replay ms": lambda r: r["median_ms"]["replay-only, no passes"],
     "no passes: kernels": lambda r: r["kernels_per_replay_no_passes"],
     "no passes: speed-up": speedup("no passes"),
     "no passes, module guards skipped": speedup("no passes, module guards skipped"),
 }
-"""The step with every pass off, and both steps with Dynamo's guards on the model's modules
-skipped (``guard_filter_fn``)."""
+"""The step without the fusion patterns, the step with every pass off, and both steps with
+Dynamo's guards on the model's modules skipped (``guard_filter_fn``)."""
 
 
 STATIC_COLUMNS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -466,12 +488,14 @@ def numerics_row(r: dict[str, Any]) -> list[Any]:
         n["vs_eager"]["equal"],
         f"{dynamo['max_abs_diff']:.3g}" if dynamo else "-",
         n.get("vs_dynamo_eager", {}).get("equal", "-"),
+        n.get("no_fusion_vs_dynamo_eager", {}).get("equal", "-"),
         f"{n['greedy_tokens_agree']}/{n['steps']}",
     ]
 
 
 NUMERICS_HEADERS = ["preset", "max |diff| vs eager", "torch.equal", "Dynamo alone: max |diff|",
-                    "equal to Dynamo alone", "greedy tokens agree"]  # fmt: skip
+                    "equal to Dynamo alone", "no fusion: equal to Dynamo alone",
+                    "greedy tokens agree"]  # fmt: skip
 
 EXPLANATION = """
 speed-up = eager / npugraph_ex; eager/replay = the speed-up if Dynamo's guards and the wrappers
@@ -481,6 +505,7 @@ kernel share, matmul share = the part of a replay's time (under torch.profiler) 
 (self CPU time), and in matrix products (mm, addmm, bmm).
 step loop = the replay's steps run by a plain loop; guards skipped = the npugraph_ex step with
 Dynamo's guard check skipped (torch.compiler.set_stance, skip_guard_eval_unsafe=True).
+no fusion = the same step compiled with pattern_fusion_pass=False (the other passes on);
 no passes = the same step compiled with every optimisation pass off (called, and its bare replay);
 module guards skipped = compiled with options={"guard_filter_fn":
 torch.compiler.skip_guard_on_all_nn_modules_unsafe}: no guards on the model's modules, those on
