@@ -11,7 +11,7 @@ TORCH_OK := $(PYTHON) -c "import sys, torch; \
 
 LINT_PATHS := src tests benchmarks
 
-.PHONY: install test demo lint
+.PHONY: install test demo lint cuda-check
 
 install:
 	@$(TORCH_OK) 2>/dev/null || $(PIP) install "$(TORCH_PIN)"
@@ -26,3 +26,11 @@ demo: install
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)
 	$(PYTHON) -m ruff format --check $(LINT_PATHS)
+
+# On a machine with an NVIDIA GPU and torch already installed (no network needed): the CUDA tests
+# and the benchmark on the GPU with its peers.
+cuda-check:
+	$(PIP) install --no-deps --no-build-isolation -e .
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m cuda tests
+	$(PYTHON) -m npugraph_ex.cli bench --device cuda --peers --out bench-results/bench-cuda.json \
+		--plot bench-results/bench-cuda.png
