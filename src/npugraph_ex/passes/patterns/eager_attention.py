@@ -9,7 +9,8 @@ The scores never exist as a tensor and K/V are not copied per query head. Matche
 without the additive mask, with and without repeated heads (``num_key_value_groups`` of 1), and
 without the scale (``scale=1``): models that scale the query first (OPT) or not at all (T5), and
 a ``* 1.0`` that ``remove_noop_ops`` has already dropped. Two additive terms (T5's position bias,
-then a padding mask, which some PyTorch releases trace as a tensor) become one mask, their sum.
+then the padding mask transformers adds under torch 2.11 and skips under 2.13) become one mask,
+their sum.
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
 float32 values, measured against eager in the tests); dropout must be off (``training=False``),
 which is how the graph reaches this pass in inference.
