@@ -24,10 +24,13 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 unit-scale values, about 11 in size)."""
 
 
+THREADS = 2
+"""Intra-op threads of the ``threads`` fixture (the pattern cuts rows into that many blocks)."""
+
+
 @pytest.fixture
 def threads() -> Iterator[None]:
-    """Two intra-op threads for the test (the pattern splits the rows into that many blocks)."""
-    with intra_op_threads(2):
+    with intra_op_threads(THREADS):
         yield
 
 
@@ -172,11 +175,11 @@ def test_every_product_of_a_decode_step_is_split(threads, make_model, with_bias)
 
 
 def is_split_product(node: torch.fx.Node) -> bool:
-    """A ``bmm``/``baddbmm`` whose weight operand is cut into two blocks (the ``threads``)."""
+    """A ``bmm``/``baddbmm`` whose weight operand is cut into ``THREADS`` blocks."""
     if str(node.target) not in (BMM, BADDBMM):
         return False
     weight = node.args[1 if str(node.target) == BADDBMM else 0]
-    return weight.meta["val"].shape[0] == 2
+    return weight.meta["val"].shape[0] == THREADS
 
 
 def products_in_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

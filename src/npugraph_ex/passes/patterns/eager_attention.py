@@ -24,10 +24,12 @@ import torch.nn.functional as F
 from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
 
 
-def weights(q, k, scale=None, mask=None):  # noqa: ANN001, ANN201
+def weights(q, k, scale=None, mask=None, bias=None):  # noqa: ANN001, ANN201
     scores = torch.matmul(q, k.transpose(2, 3))
     if scale is not None:
         scores = scores * scale
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores + mask
     return F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
@@ -70,8 +72,7 @@ def plain_unscaled(q, k, v):  # noqa: ANN001, ANN201
 
 
 def plain_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
-    scores = torch.matmul(q, k.transpose(2, 3)) + bias + mask
-    return torch.matmul(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+    return torch.matmul(weights(q, k, mask=mask, bias=bias), v)
 
 
 def fused_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
