@@ -104,7 +104,7 @@ def test_an_int_a_kernel_takes_as_an_int_is_a_capture_per_value(
             assert torch.equal(fn(x, step), torch.roll(x, step))
     # roll takes its shifts as ints, which the captured kernel holds as constants: each value is
     # a new graph key; the fourth such key makes the graph say so, once. (An int that is only
-    # added to or multiplied with tensors does not cost this: see tests/capture/test_host_ints.py.)
+    # added to or multiplied with tensors does not cost this: see test_split_host_ints.py.)
     assert npugraph_ex.stats()["totals"]["captures"] == 5
     (notice,) = [r.getMessage() for r in caplog.records]
     assert "has captured 4 keys that differ only in the values of its int inputs" in notice

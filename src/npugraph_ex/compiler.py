@@ -14,13 +14,13 @@ import torch
 import torch.fx
 
 from npugraph_ex.capture.analysis import analyse_graph
-from npugraph_ex.capture.host_ints import split_host_ints
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
+from npugraph_ex.passes.split_host_ints import HOST_INTS
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.base import DeviceRuntime
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
@@ -90,9 +90,10 @@ def compile_graph(
     """Optimise an AOT inference graph and wrap it in a capture manager."""
     warn_unbuilt_options(config)
     name = graph_name()
-    gm = PassManager(PIPELINE, config, graph_name=name)(gm, example_inputs)
+    passes = PassManager(PIPELINE, config, graph_name=name)
+    gm = passes(gm, example_inputs)
     static = static_input_indices(len(example_inputs))
-    host = split_host_ints(gm)
+    host = gm.meta.get(HOST_INTS)
     if host is not None:
         example_inputs = host.example_inputs(example_inputs)
         static = host.kept_indices(static)
@@ -105,6 +106,7 @@ def compile_graph(
         else None
     )
     manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name, kernels=kernels)
+    manager.stats.failed_passes.update(passes.failed)
     return boxed(manager if host is None else host.wrap(manager))
 
 

@@ -236,6 +236,10 @@ class Config:
     """Raise UnsupportedGraphError for a graph that cannot be captured, instead of running it
     eagerly."""
 
+    strict_passes: bool = _option(False, _check_bool)
+    """Raise PassError when a pass fails, instead of warning and going on with the graph as it
+    was before that pass."""
+
     disabled_passes: tuple[str, ...] = _option((), _check_names)
     """Names of passes to skip, to bisect a miscompile; a list is stored as a tuple."""
 

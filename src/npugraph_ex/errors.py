@@ -43,15 +43,17 @@ class ConfigTypeError(ConfigError, TypeError):
 class PassError(NpuGraphExError):
     """A graph pass raised; the message names the pass so it can be disabled to bisect."""
 
-    def __init__(self, pass_name: str, message: str) -> None:
+    def __init__(self, pass_name: str, message: str, source: str | None = None) -> None:
         super().__init__(f"pass '{pass_name}' failed: {message}")
         self.pass_name = pass_name
         self.message = message
+        self.source = source
+        """The user's source line of the node the pass failed on, where known."""
 
-    def __reduce__(self) -> tuple[type[PassError], tuple[str, str]]:
+    def __reduce__(self) -> tuple[type[PassError], tuple[str, str, str | None]]:
         # The default reduction replays ``self.args`` (the formatted text) into ``__init__``,
-        # which takes two arguments; rebuild from the parts instead so the error pickles.
-        return (type(self), (self.pass_name, self.message))
+        # which takes other arguments; rebuild from the parts instead so the error pickles.
+        return (type(self), (self.pass_name, self.message, self.source))
 
 
 class ScopeError(NpuGraphExError, ValueError):

@@ -7,8 +7,10 @@ engine (which re-issues recorded kernels through them); it knows no device.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
+import torch.fx
 from torch._ops import OpOverload
 
 TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
@@ -64,3 +66,13 @@ def inplace_overload(op: OpOverload) -> OpOverload | None:
         return [(a.name, str(a.type)) for a in o._schema.arguments]
 
     return candidate if signature(candidate) == signature(op) else None
+
+
+def argument_value(node: torch.fx.Node, name: str, default: Any = None) -> Any:
+    """The value a call node passes for schema argument ``name``."""
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name == name:
+            if position < len(node.args):
+                return node.args[position]
+            return node.kwargs.get(name, default)
+    return default

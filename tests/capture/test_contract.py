@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 
 import pytest
 import torch
@@ -110,6 +112,22 @@ def test_parameter_at_a_new_address_is_a_new_key(device: str) -> None:
     assert torch.equal(fn(x), lin(x))
     assert totals()["captures"] == 2
     assert totals()["replays"] == 0
+
+
+@torch.no_grad()
+def test_a_key_whose_parameters_were_replaced_and_freed_is_dropped(device: str) -> None:
+    lin = torch.nn.Linear(64, 64).to(device)
+    fn = compiled(lin)
+    x = torch.randn(2, 64, device=device)
+    fn(x)
+    old_weight = weakref.ref(lin.weight)
+    lin.weight = torch.nn.Parameter(torch.randn(64, 64, device=device))
+    assert torch.equal(fn(x), lin(x))
+    gc.collect()
+    assert old_weight() is None  # the first key held it only weakly, and was dropped
+    graph = only_graph()
+    assert graph["dropped_keys"] == {"parameters freed": 1}
+    assert graph["live_keys"] == 1
 
 
 @torch.no_grad()

@@ -155,11 +155,47 @@ def test_clone_output_returns_private_copies_from_a_shared_pool(device: str) -> 
     assert third.data_ptr() not in (first.data_ptr(), second.data_ptr())
 
 
-def test_two_threads_replaying_keys_of_one_pool_get_their_own_results() -> None:
+@pytest.mark.parametrize("mode", [[], ["same-key"]], ids=["two-keys", "same-key-clone-output"])
+def test_two_threads_replaying_one_pool_get_their_own_results(mode: list[str]) -> None:
     # In a fresh process: before torch 2.12, Dynamo's own state does not survive threads.
     done = subprocess.run(
-        [sys.executable, str(THREADED_RUN)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(THREADED_RUN), *mode], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"failures": [], "replays": 2 * 40}
+
+
+def rows_and_transpose(x: torch.Tensor, w: torch.Tensor):
+    h = (x @ w).relu()
+    return h, h.t(), h[1:]
+
+
+@torch.no_grad()
+def test_clone_output_keeps_outputs_that_view_one_another_as_views(device: str) -> None:
+    fn = compiled(rows_and_transpose, clone_output=True)
+    w = torch.randn(16, 32, device=device)
+    for _ in range(2):  # the capture, then a replay
+        h, ht, tail = fn(torch.randn(4, 16, device=device), w)
+        assert h.untyped_storage().data_ptr() == ht.untyped_storage().data_ptr()
+        assert tail.untyped_storage().data_ptr() == h.untyped_storage().data_ptr()
+        h.fill_(7.0)  # as in eager, a write through one output shows through the others
+        assert bool((ht == 7.0).all()) and bool((tail == 7.0).all())
+    assert totals()["replays"] == 1
+
+
+@torch.no_grad()
+def test_input_buffers_of_every_key_share_the_pool_and_are_counted() -> None:
+    def double_then_sum(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum(0)
+
+    fn = compiled(double_then_sum)
+    fn(torch.randn(64, 1024))  # the largest key first: later keys fit in what it placed
+    one_key = totals()["pool_bytes"]
+    assert one_key >= 2 * 64 * 1024 * 4  # its input buffer and its product, at least
+    for rows in range(8, 64, 4):
+        x = torch.randn(rows, 1024)
+        assert torch.equal(fn(x), double_then_sum(x))
+        assert torch.equal(fn(x + 1), double_then_sum(x + 1))
+    assert totals()["captures"] == 15
+    assert totals()["pool_bytes"] == one_key

@@ -1,4 +1,8 @@
-"""Two threads replay the two keys of one pool at once, in a fresh process; reports as JSON.
+"""Two threads replay one compiled function at once, in a fresh process; reports as JSON.
+
+``python threaded_replay_run.py``: the threads replay the two keys of one pool.
+``python threaded_replay_run.py same-key``: both replay one key, with ``clone_output=True``
+(each call must get its own results: input copies, replay and clones run under the pool's lock).
 
 Run by ``test_pools.py``. Dynamo itself is not thread-safe before torch 2.12 (pytorch#118260):
 threads entering one compiled function race on its config patching and can leave the process's
@@ -10,6 +14,7 @@ from eager (by row count) and the replays counted.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 import torch
@@ -28,9 +33,12 @@ def expand(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def main() -> None:
     torch.manual_seed(0)
+    same_key = sys.argv[1:] == ["same-key"]
+    rows_per_thread = (ROWS[0], ROWS[0]) if same_key else ROWS
+    options = {"clone_output": same_key}
     w = torch.randn(16, 32)
-    fn = torch.compile(expand, backend="npugraph_ex", fullgraph=True, dynamic=True)
-    for rows in ROWS:  # both keys captured up front, in one pool
+    fn = torch.compile(expand, backend="npugraph_ex", fullgraph=True, dynamic=True, options=options)
+    for rows in set(rows_per_thread):  # every key captured up front, in one pool
         fn(torch.randn(rows, 16), w)
     npugraph_ex.reset_stats()
     failures: list[int] = []
@@ -42,7 +50,7 @@ def main() -> None:
                 if not torch.equal(fn(x, w), expand(x, w)):
                     failures.append(rows)
 
-    threads = [threading.Thread(target=run, args=(rows,)) for rows in ROWS]
+    threads = [threading.Thread(target=run, args=(rows,)) for rows in rows_per_thread]
     for thread in threads:
         thread.start()
     for thread in threads:

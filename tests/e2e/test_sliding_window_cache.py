@@ -3,7 +3,7 @@
 Its layers count the cached tokens in a Python int as well as in a tensor, and the model reads
 the int: under ``torch.compile`` it is an int input of the graph whose value changes every step.
 It only enters arithmetic, tensor operands and the graph's int outputs, so it leaves the device
-graph (``capture/host_ints.py``) and every step replays one capture, instead of being a new key
+graph (the ``split_host_ints`` pass) and every step replays one capture, instead of being a new key
 and a new capture each step.
 """
 

@@ -7,6 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import npugraph_ex
+from helpers import graphs_called
 from npugraph_ex.config import Config
 from npugraph_ex.errors import ConfigError, PassError
 from npugraph_ex.passes.manager import PassManager
@@ -87,7 +88,7 @@ def test_a_failing_pass_is_named_in_the_error() -> None:
         raise KeyError("no such node")
 
     x = torch.randn(3)
-    config = Config.from_options({"post_grad_custom_post_pass": broken})
+    config = Config.from_options({"post_grad_custom_post_pass": broken, "strict_passes": True})
     with pytest.raises(PassError) as raised:
         PassManager(PIPELINE, config)(make_fx(add_then_mul)(x), [x])
     assert raised.value.pass_name == "post_grad_custom_post_pass"
@@ -103,7 +104,7 @@ def test_a_pass_that_breaks_the_graph_is_caught_and_named() -> None:
         add.args = (mul, 1)  # add now uses mul, which is defined after it
 
     x = torch.randn(3)
-    config = Config.from_options({"post_grad_custom_pre_pass": dangling})
+    config = Config.from_options({"post_grad_custom_pre_pass": dangling, "strict_passes": True})
     with pytest.raises(PassError, match="pass 'post_grad_custom_pre_pass' failed"):
         PassManager(PIPELINE, config)(make_fx(add_then_mul)(x), [x])
 
@@ -138,3 +139,59 @@ def test_graphs_are_dumped_after_each_pass(tmp_path) -> None:
     assert names == ["00_input.py"] + [f"{i:02d}_after_{n}.py" for i, n in enumerate(ran, 1)]
     assert "aten.add.Tensor" in (folder / "00_input.py").read_text()
     assert "aten.sub.Tensor" in (folder / "01_after_post_grad_custom_pre_pass.py").read_text()
+
+
+def raise_on_mul(gm: torch.fx.GraphModule, example_inputs, config) -> None:
+    """Rewrites the add, then fails on the mul: a half-applied pass if it were kept."""
+    for node in gm.graph.nodes:
+        if node.target is aten.add.Tensor:
+            node.target = aten.sub.Tensor
+        if node.target is aten.mul.Tensor:
+            raise ValueError(f"cannot handle {node.name}")
+
+
+def test_a_failing_pass_leaves_the_graph_as_it_was_before_it(caplog) -> None:
+    x = torch.randn(3)
+    config = Config.from_options({"post_grad_custom_pre_pass": raise_on_mul})
+    manager = PassManager(PIPELINE, config, graph_name="graph[0/0]")
+    with caplog.at_level("WARNING", logger="npugraph_ex"):
+        gm = manager(make_fx(add_then_mul)(x), [x])
+    assert op_count(gm, aten.add.Tensor) == 1 and op_count(gm, aten.sub.Tensor) == 0
+    assert torch.equal(gm(x)[0] if isinstance(gm(x), tuple) else gm(x), add_then_mul(x))
+    assert manager.failed == ["post_grad_custom_pre_pass"]
+    (record,) = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert record.getMessage().startswith(
+        "npugraph_ex: graph[0/0]: pass 'post_grad_custom_pre_pass' failed: "
+        "ValueError: cannot handle mul"
+    )
+    assert "options={'disabled_passes': ['post_grad_custom_pre_pass']}" in record.getMessage()
+
+
+@torch.no_grad()
+def test_a_compile_with_a_failing_pass_runs_names_the_source_line_and_counts_it(caplog) -> None:
+    fn = torch.compile(
+        add_then_mul,
+        backend="npugraph_ex",
+        fullgraph=True,
+        options={"post_grad_custom_pre_pass": raise_on_mul},
+    )
+    x = torch.randn(4)
+    with caplog.at_level("WARNING", logger="npugraph_ex"):
+        assert torch.equal(fn(x), add_then_mul(x))
+    assert torch.equal(fn(x), add_then_mul(x))
+    (graph,) = graphs_called()
+    assert graph["failed_passes"] == {"post_grad_custom_pre_pass": 1}
+    assert graph["replays"] == 1
+    message = next(r.getMessage() for r in caplog.records if "failed" in r.getMessage())
+    assert "(at File " in message and "return (x + 1) * 3" in message
+
+
+def test_strict_passes_raises_the_pass_error() -> None:
+    fn = torch.compile(
+        add_then_mul,
+        backend="npugraph_ex",
+        fullgraph=True,
+        options={"post_grad_custom_pre_pass": raise_on_mul, "strict_passes": True},
+    )
+    with pytest.raises(Exception, match="pass 'post_grad_custom_pre_pass' failed: ValueError"):
+        fn(torch.randn(4))

@@ -40,3 +40,12 @@ def test_probing_a_binding_runs_nothing() -> None:
     out = torch.zeros(2, 2)
     fastest_call(aten.sub.out, (a, b), {"out": out})
     assert torch.equal(out, torch.zeros(2, 2))
+
+
+def test_binding_that_returns_without_writing_is_not_used() -> None:
+    # Tensor.__lshift__(x, 2, out=o) returns NotImplemented and writes nothing.
+    x, out = torch.tensor([1, 5, 7]), torch.zeros(3, dtype=torch.long)
+    call = fastest_call(aten.__lshift__.Scalar_out, (x, 2), {"out": out})
+    assert call is not torch._C.TensorBase.__lshift__
+    call(x, 2, out=out)
+    assert out.tolist() == [4, 20, 28]

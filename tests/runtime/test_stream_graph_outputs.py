@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from npugraph_ex.runtime.cuda import private_copies
+from npugraph_ex.runtime.output_copies import private_copies
 
 
 def copy_out(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:

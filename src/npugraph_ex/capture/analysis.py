@@ -15,6 +15,9 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from npugraph_ex.debug.source import source_line
+from npugraph_ex.schemas import argument_value
+
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
 # their fake output instead: only an unbacked size makes the shape data-dependent.
 HOST_SYNC_TAGS = (torch.Tag.data_dependent_output,)
@@ -35,22 +38,12 @@ class GraphFacts:
     """0-d CPU tensors feeding a device graph: their values are frozen into the capture."""
     blocker: str | None
     """Why the graph cannot be captured (op and source line), or None."""
+    token_indices: frozenset[int] = frozenset()
+    """Effect tokens (``with_effects`` ordering inputs): AOTAutograd passes None for them."""
 
 
 def fake_value(node: torch.fx.Node) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
-
-
-def source_line(node: torch.fx.Node) -> str:
-    """The user source line a node came from (last frame of its stack trace)."""
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    frames = [line for line in lines if line.startswith("File ")]
-    if not frames:
-        return "<unknown source>"
-    code_index = lines.index(frames[-1]) + 1
-    code = f": {lines[code_index]}" if code_index < len(lines) else ""
-    return f"{frames[-1]}{code}"
 
 
 def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
@@ -80,22 +73,27 @@ def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
     return frozenset(mutated)
 
 
+def effect_tokens(graph: torch.fx.Graph) -> frozenset[int]:
+    """Indices of placeholders that only order side effects (the token of ``with_effects``).
+
+    AOTAutograd traces them as empty tensors but calls the graph with None in their place, so
+    they are neither shaped nor copied inputs.
+    """
+    with_effects = torch.ops.higher_order.with_effects
+    tokens = []
+    for index, node in enumerate(graph.find_nodes(op="placeholder")):
+        users = list(node.users)
+        if users and all(u.target is with_effects and u.args[0] is node for u in users):
+            tokens.append(index)
+    return frozenset(tokens)
+
+
 def graph_devices(values: Iterable[Any]) -> set[torch.device]:
     return {v.device for v in values if isinstance(v, torch.Tensor) and v.device.type != "meta"}
 
 
 def is_host_scalar(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() == 0
-
-
-def argument_value(node: torch.fx.Node, name: str, default: Any = None) -> Any:
-    """The value a call node passes for schema argument ``name``."""
-    for position, argument in enumerate(node.target._schema.arguments):
-        if argument.name == name:
-            if position < len(node.args):
-                return node.args[position]
-            return node.kwargs.get(name, default)
-    return default
 
 
 def draws_random_numbers(node: torch.fx.Node) -> bool:
@@ -170,4 +168,5 @@ def analyse_graph(
         mutated_indices=mutated_inputs(gm.graph),
         host_scalar_indices=host_scalars,
         blocker=blocker or find_blocker(gm, device_type),
+        token_indices=effect_tokens(gm.graph),
     )

@@ -10,11 +10,13 @@ Each input of the optimised graph has one role, fixed when the graph is compiled
   so the value is part of the key.
 - ``copied``: every other tensor. Copied into a static buffer before each replay; shape and
   strides in the key.
-- ``value``: ints (sizes of dynamic dimensions) and other Python values; part of the key.
+- ``value``: ints (sizes of dynamic dimensions), effect tokens (None at run time) and other
+  Python values; part of the key.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,12 @@ class StagedInputs:
     copies: tuple[tuple[int, torch.Tensor], ...]
     mutated_addresses: tuple[int, ...]
     parameter_addresses: tuple[int, ...]
+    parameters: tuple[weakref.ref, ...] = ()
+    """The caller's parameter and buffer tensors, weakly: the capture holds aliases of them (its
+    own tensor objects over the same memory), so a parameter the model replaced can die."""
+
+    def parameters_alive(self) -> bool:
+        return all(ref() is not None for ref in self.parameters)
 
 
 class InputLayout:
@@ -42,7 +50,11 @@ class InputLayout:
         self.mutated = tuple(sorted(facts.mutated_indices))
         self.host_scalar = tuple(sorted(facts.host_scalar_indices - facts.mutated_indices))
         roles = set(self.static) | set(self.mutated) | set(self.host_scalar)
-        tensors = [i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
+        tensors = [
+            i
+            for i, v in enumerate(example_inputs)
+            if isinstance(v, torch.Tensor) and i not in facts.token_indices
+        ]
         self.copied = tuple(i for i in tensors if i not in roles)
         self.values = tuple(i for i in range(len(example_inputs)) if i not in roles | set(tensors))
         self.keyed_addresses = () if frozen else self.static
@@ -89,8 +101,11 @@ class InputLayout:
         return None
 
     def stage(self, args: Sequence[Any], *, clone_input: bool) -> StagedInputs:
-        """Static inputs for a new capture: fresh buffers, or the call's own tensors."""
+        """Static inputs for a new capture: fresh buffers, or the call's own tensors; parameters
+        as aliases (``StagedInputs.parameters``)."""
         staged = list(args)
+        for index in self.static:
+            staged[index] = args[index].detach()
         copies = []
         for index in self.copied:
             source = args[index]
@@ -98,7 +113,11 @@ class InputLayout:
             staged[index] = buffer
             copies.append((index, buffer))
         return StagedInputs(
-            staged, tuple(copies), self.mutated_addresses(args), self.parameter_addresses(args)
+            staged,
+            tuple(copies),
+            self.mutated_addresses(args),
+            self.parameter_addresses(args),
+            tuple(weakref.ref(args[i]) for i in self.static),
         )
 
 

@@ -20,8 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from npugraph_ex.capture import inputs as io
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
@@ -29,6 +27,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import CaptureError, ConfigError, UnsupportedGraphError, first_line
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
+from npugraph_ex.runtime.output_copies import copied_outputs
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,7 @@ GLOBAL_CAPTURE_LOCK = threading.RLock()
 class CapturedKey:
     label: str
     graph: CapturedGraph
-    copies: tuple[tuple[int, torch.Tensor], ...]
-    mutated_addresses: tuple[int, ...]
-    parameter_addresses: tuple[int, ...]
-    static_args: list[Any]
+    staged: io.StagedInputs
     pool: Any
 
 
@@ -129,28 +125,30 @@ class CaptureManager:
         key = self.layout.key_of(args)
         entry = self.entries.get(key)
         if entry is None:
+            self.drop_keys_of_dead_parameters()
             if len(self.entries) >= self.config.capture_limit:
                 self.warn_limit()
                 return self.run_eager(args, "capture_limit")
             return self.capture(key, args, recapture_reason=None)
         if self.config.force_recapture:
             return self.capture(key, args, recapture_reason="force_recapture")
-        if self.layout.mutated_addresses(args) != entry.mutated_addresses:
+        if self.layout.mutated_addresses(args) != entry.staged.mutated_addresses:
             return self.capture(key, args, recapture_reason="mutated input moved")
         return self.replay(entry, args)
 
     def replay(self, entry: CapturedKey, args: Sequence[Any]) -> list[Any]:
         if self.config.frozen_parameter and log.isEnabledFor(logging.DEBUG):
             self.check_frozen_parameters(entry, args)
-        io.refresh(entry.copies, args)
-        outputs = entry.graph.replay()
+        with self.runtime.pool_lock(entry.pool):
+            io.refresh(entry.staged.copies, args)
+            outputs = self.for_caller(entry.graph.replay(), entry.staged.args)
         self.stats.replays += 1
         self.stats.keys[entry.label]["replays"] += 1
-        return self.for_caller(outputs)
+        return outputs
 
     def check_frozen_parameters(self, entry: CapturedKey, args: Sequence[Any]) -> None:
         """The debug check of ``frozen_parameter``'s promise (logger ``npugraph_ex`` at DEBUG)."""
-        index = self.layout.moved_parameter(args, entry.parameter_addresses)
+        index = self.layout.moved_parameter(args, entry.staged.parameter_addresses)
         if index is None:
             return
         raise CaptureError(
@@ -160,10 +158,12 @@ class CaptureManager:
             "options={'frozen_parameter': False} to key graphs on their addresses."
         )
 
-    def for_caller(self, outputs: list[Any]) -> list[Any]:
+    def for_caller(self, outputs: list[Any], static_args: Sequence[Any]) -> list[Any]:
+        """What the caller gets: the graph's own outputs, or with ``clone_output`` copies of
+        them (made under the pool's lock, before another call can rewrite them)."""
         if not self.config.clone_output:
             return outputs
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+        return copied_outputs(outputs, static_args)
 
     def pool_bytes(self) -> dict[int, int]:
         """Bytes held by each pool (by identity) that a live key of this graph draws from."""
@@ -180,51 +180,61 @@ class CaptureManager:
             self.forget(old)
         staged = self.layout.stage(args, clone_input=self.config.clone_input)
         pool = self.pools.for_new_key()
+        # Kernels compile outside the locks: a compile may take minutes, and reads no input data.
+        fn, how = self.kernels_for(staged.args)
         started = time.perf_counter()
-        try:
-            graph = self.capture_staged(staged, pool)
-        except Exception as error:  # any failure to capture falls back to eager, once explained
-            self.refuse(f"capture failed: {type(error).__name__}: {error}")
-            if self.config.strict_capture:
-                raise self.strict_error() from error
-            return self.run_eager(args, "cannot capture")
-        self.stats.capture_seconds += time.perf_counter() - started
-        label = f"key{self.captures_made}: {self.layout.describe(key)}"
-        self.captures_made += 1
-        entry = CapturedKey(
-            label,
-            graph,
-            staged.copies,
-            staged.mutated_addresses,
-            staged.parameter_addresses,
-            staged.args,
-            pool,
-        )
-        self.entries[key] = entry
+        with self.runtime.pool_lock(pool):
+            try:
+                graph = self.capture_staged(staged, pool, fn, how)
+            except Exception as error:  # any failure to capture falls back to eager
+                return self.after_failed_capture(args, error)
+            self.stats.capture_seconds += time.perf_counter() - started
+            label = f"key{self.captures_made}: {self.layout.describe(key)}"
+            self.captures_made += 1
+            entry = CapturedKey(label, graph, staged, pool)
+            self.entries[key] = entry
+            self.count_capture(key, entry, recapture_reason)
+            if self.runtime.capture_executes:
+                outputs, graph.capture_outputs = graph.capture_outputs, None
+            else:
+                outputs = graph.replay()
+            return self.for_caller(outputs, staged.args)
+
+    def count_capture(self, key: tuple, entry: CapturedKey, recapture_reason: str | None) -> None:
         self.stats.captures += 1
         if recapture_reason is not None:
             self.stats.recaptures[recapture_reason] += 1
         else:
             self.notice_value_keys(key)
-        self.stats.keys[label] = {
+        self.stats.keys[entry.label] = {
             "replays": 0,
-            "kernels": graph.kernel_count,
-            "pool_bytes": graph.pool_bytes,
+            "kernels": entry.graph.kernel_count,
+            "pool_bytes": entry.graph.pool_bytes,
         }
-        if self.runtime.capture_executes:
-            outputs, graph.capture_outputs = graph.capture_outputs, None
-        else:
-            outputs = graph.replay()
-        return self.for_caller(outputs)
 
-    def capture_staged(self, staged: io.StagedInputs, pool: Any) -> CapturedGraph:
-        """Warm up, undo the warm-up's writes, then capture (which may itself execute)."""
+    def after_failed_capture(self, args: list[Any], error: Exception) -> list[Any]:
+        """Run the call eagerly. If eager fails too, the call itself is bad (an index out of
+        range): its error reaches the caller and capture stays on for the next call. Else the
+        graph cannot be captured, and every later call runs eagerly (or raises when strict)."""
+        try:
+            outputs = self.run_eager(args, "capture failed")
+        except Exception:
+            log.debug("%s: a call failed eagerly too; capture stays on", self.stats.name)
+            raise
+        self.refuse(f"capture failed: {type(error).__name__}: {first_line(error)}")
+        if self.config.strict_capture:
+            raise self.strict_error() from error
+        return outputs
+
+    def capture_staged(
+        self, staged: io.StagedInputs, pool: Any, fn: Callable[..., Any], how: Callable[..., Any]
+    ) -> CapturedGraph:
+        """Warm up, undo the warm-up's writes, then capture ``fn`` with ``how`` (which may itself
+        execute)."""
         iters = self.config.num_warmup_iters
         # Undo warm-up writes, and the partial writes of a capture that fails while executing.
         undoable = iters or self.runtime.capture_executes
         saved = io.snapshot(staged.args, self.layout.mutated) if undoable else []
-        # Kernels compile outside the lock: a compile may take minutes, and reads no input data.
-        fn, capture = self.kernels_for(staged.args)
         lock = GLOBAL_CAPTURE_LOCK if self.config.capture_error_mode == "global" else None
         try:
             if lock is not None:
@@ -232,8 +242,13 @@ class CaptureManager:
             if iters:
                 self.runtime.warmup(fn, staged.args, iters)
                 io.restore(saved)
-            return capture(
-                fn, staged.args, pool=pool, capture_error_mode=self.config.capture_error_mode
+            owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()
+            return how(
+                fn,
+                staged.args,
+                pool=pool,
+                capture_error_mode=self.config.capture_error_mode,
+                owned_inputs=owned,
             )
         except Exception:
             io.restore(saved)
@@ -266,6 +281,15 @@ class CaptureManager:
             return self.fn, self.runtime.capture
         self.stats.static_kernels[outcome] += 1
         return fn, self.runtime.capture_compiled
+
+    def drop_keys_of_dead_parameters(self) -> None:
+        """Release keys captured against parameters the model has since replaced and freed
+        (``lin.weight = Parameter(new)``): they can never match again, and would keep the old
+        weights alive. Checked when a call misses every key, as such a swap makes it do."""
+        dead = [k for k, e in self.entries.items() if not e.staged.parameters_alive()]
+        for key in dead:
+            self.forget(self.entries.pop(key))
+            self.stats.dropped_keys["parameters freed"] += 1
 
     def forget(self, entry: CapturedKey) -> None:
         self.stats.keys.pop(entry.label, None)
@@ -305,7 +329,7 @@ class CaptureManager:
 
     def notice_value_keys(self, key: tuple) -> None:
         """Say once when ``VALUE_KEYS_NOTICE`` keys differ only in the values of int inputs (ints
-        that are only data left the graph before capture, ``host_ints``; these are baked)."""
+        that are only data left the graph in the ``split_host_ints`` pass; these are baked)."""
         same = self.layout.without_values(key)
         siblings = [k for k in self.entries if self.layout.without_values(k) == same]
         if len(siblings) < VALUE_KEYS_NOTICE:

@@ -21,8 +21,12 @@ class GraphStats:
     recaptures: Counter = field(default_factory=Counter)
     """Recaptures of an existing key, by reason."""
     replays: int = 0
+    dropped_keys: Counter = field(default_factory=Counter)
+    """Keys released before the graph was, by reason (``parameters freed``)."""
     eager_calls: Counter = field(default_factory=Counter)
     """Calls run eagerly instead of replayed, by reason."""
+    failed_passes: Counter = field(default_factory=Counter)
+    """Passes that raised while this graph was compiled (it went on without them)."""
     capture_seconds: float = 0.0
     """Time spent in warm-up and capture (static kernel compiles included)."""
     static_kernels: Counter = field(default_factory=Counter)
@@ -43,7 +47,9 @@ class GraphStats:
             "captures": self.captures,
             "recaptures": dict(self.recaptures),
             "replays": self.replays,
+            "dropped_keys": dict(self.dropped_keys),
             "eager_calls": dict(self.eager_calls),
+            "failed_passes": dict(self.failed_passes),
             "capture_seconds": round(self.capture_seconds, 6),
             "static_kernels": dict(self.static_kernels),
             "live_keys": len(self.keys),
@@ -81,6 +87,7 @@ def stats() -> dict[str, Any]:
     totals: dict[str, Any] = {key: sum(g[key] for g in graphs) for key in TOTAL_KEYS}
     totals["recaptures"] = sum(sum(g["recaptures"].values()) for g in graphs)
     totals["eager_calls"] = sum(sum(g["eager_calls"].values()) for g in graphs)
+    totals["failed_passes"] = sum(sum(g["failed_passes"].values()) for g in graphs)
     pools: dict[int, int] = {}
     for manager in managers:
         pools.update(manager.stats.pools())
@@ -96,5 +103,6 @@ def reset_stats() -> None:
             name=old.name,
             device=old.device,
             pools=old.pools,
+            failed_passes=old.failed_passes,
             keys={label: {**info, "replays": 0} for label, info in old.keys.items()},
         )

@@ -3,10 +3,16 @@
 Per pass: skip it when its option is off or its name is in ``disabled_passes``; time it; check the
 graph it leaves behind; write the graph after it to ``debug_dump_dir``; and name it in any error,
 so a failure reads ``pass 'remove_noop_ops' failed: ...`` instead of a bare traceback.
+
+A pass that fails does not fail the compile: the graph goes on as it was before that pass (each
+pass runs on a copy, so none is ever half-applied), one warning names the pass, the error, the
+user's source line where the failure is tied to a node, and how to turn the pass off, and
+``npugraph_ex.stats()`` counts it. ``strict_passes=True`` raises the ``PassError`` instead.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +23,7 @@ from typing import Any
 import torch.fx
 
 from npugraph_ex.config import Config
+from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import ConfigError, PassError
 
 log = logging.getLogger(__name__)
@@ -54,6 +61,8 @@ class PassManager:
         self.config = config
         self.graph_name = graph_name
         self.seconds: dict[str, float] = {}
+        self.failed: list[str] = []
+        """Passes that raised, in order; the graph went on as it was before each of them."""
 
     def selected(self) -> list[GraphPass]:
         """The passes that will run under this config, in order."""
@@ -66,14 +75,15 @@ class PassManager:
         self.dump(gm, 0, "input")
         for number, graph_pass in enumerate(self.selected(), start=1):
             started = time.perf_counter()
+            before = copy_of(gm)
             try:
-                gm = graph_pass.run(gm, example_inputs, self.config) or gm
-                gm.graph.lint()
-                gm.recompile()
-            except PassError:
-                raise
-            except Exception as error:
-                raise PassError(graph_pass.name, f"{type(error).__name__}: {error}") from error
+                gm = run_checked(graph_pass, gm, example_inputs, self.config)
+            except PassError as error:
+                if self.config.strict_passes:
+                    raise
+                self.failed.append(graph_pass.name)
+                self.warn_failed(error)
+                gm = before
             self.seconds[graph_pass.name] = time.perf_counter() - started
             log.debug(
                 "%s: pass %s took %.3f ms",
@@ -84,6 +94,17 @@ class PassManager:
             self.dump(gm, number, f"after_{graph_pass.name}")
         return gm
 
+    def warn_failed(self, error: PassError) -> None:
+        log.warning(
+            "npugraph_ex: %s: %s%s. The graph goes on as it was before this pass. Turn the pass "
+            "off with options={'disabled_passes': %r}, or raise instead with "
+            "options={'strict_passes': True}.",
+            self.graph_name,
+            error,
+            f" (at {error.source})" if error.source else "",
+            [*self.config.disabled_passes, error.pass_name],
+        )
+
     def dump(self, gm: torch.fx.GraphModule, number: int, label: str) -> None:
         if self.config.debug_dump_dir is None:
             return
@@ -91,3 +112,48 @@ class PassManager:
         folder.mkdir(parents=True, exist_ok=True)
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         (folder / f"{number:02d}_{label}.py").write_text(code)
+
+
+def run_checked(
+    graph_pass: GraphPass, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+) -> torch.fx.GraphModule:
+    """Run one pass and check the graph it leaves; any failure becomes a ``PassError``."""
+    try:
+        gm = graph_pass.run(gm, example_inputs, config) or gm
+        gm.graph.lint()
+        gm.recompile()
+    except PassError:
+        raise
+    except Exception as error:
+        node = node_at_failure(error)
+        raise PassError(
+            graph_pass.name,
+            f"{type(error).__name__}: {error}",
+            source=source_line(node) if node is not None else None,
+        ) from error
+    return gm
+
+
+def copy_of(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` that a pass on ``gm`` cannot change: new nodes with copies of their meta
+    dicts (fake values shared, fx copies one level deep), the same attributes, the module meta."""
+    graph = copy.deepcopy(gm.graph)
+    graph.output_node().meta = dict(gm.graph.output_node().meta)
+    copied = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    copied.meta = dict(gm.meta)
+    return copied
+
+
+def node_at_failure(error: BaseException) -> torch.fx.Node | None:
+    """The graph node a failing pass was working on, where one of its frames names a ``node``
+    that came from the user's code (the innermost such frame)."""
+    frames = []
+    trace = error.__traceback__
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    for frame in reversed(frames):
+        node = frame.f_locals.get("node")
+        if isinstance(node, torch.fx.Node) and node.meta.get("stack_trace"):
+            return node
+    return None

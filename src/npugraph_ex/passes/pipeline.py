@@ -1,7 +1,9 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on and the re-inplacing passes. Each built-in optimisation runs behind the option of its name.
+on, the re-inplacing passes, and last the split of data ints to the host (it changes the graph's
+inputs and outputs, so nothing may run after it). Each built-in optimisation runs behind the
+option of its name.
 
 With ``static_kernel_compile`` the graph goes on to Inductor, which removes cats, plans memory
 and re-inplaces itself; the capture-only passes are skipped there: the ``out=`` and in-place
@@ -21,6 +23,7 @@ from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_cat import remove_cat_ops
 from npugraph_ex.passes.remove_noop import remove_noop_ops
+from npugraph_ex.passes.split_host_ints import split_host_ints_pass
 
 
 def for_capture(option: str) -> Callable[[Config], bool]:
@@ -47,4 +50,5 @@ PIPELINE: tuple[GraphPass, ...] = (
     GraphPass("dead_code_elimination", eliminate_dead_code),
     GraphPass("inplace_pass", reinplace, enabled=for_capture("inplace_pass")),
     GraphPass("input_inplace_pass", reinplace_inputs, enabled=for_capture("input_inplace_pass")),
+    GraphPass("split_host_ints", split_host_ints_pass),
 )

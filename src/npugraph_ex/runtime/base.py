@@ -12,6 +12,7 @@ from whatever the tensors in ``args`` hold at that moment and returns them for t
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -77,8 +78,14 @@ class DeviceRuntime(ABC):
         *,
         pool: Any,
         capture_error_mode: str,
+        owned_inputs: Sequence[int] = (),
     ) -> CapturedGraph:
-        """Capture ``fn(*args)`` into a graph drawing memory from ``pool``."""
+        """Capture ``fn(*args)`` into a graph drawing memory from ``pool``.
+
+        ``owned_inputs``: indices of ``args`` that are the graph's own input buffers (the caller's
+        values are copied into them before each replay): a runtime may move them into ``pool``,
+        where they share bytes with other captures, as intermediates do.
+        """
 
     def capture_compiled(
         self,
@@ -87,13 +94,16 @@ class DeviceRuntime(ABC):
         *,
         pool: Any,
         capture_error_mode: str,
+        owned_inputs: Sequence[int] = (),
     ) -> CapturedGraph:
         """Capture ``fn(*args)``, a call of compiled kernels (``static_kernel_compile``).
 
         Device graphs record compiled kernels like any others; a runtime that records at another
         level (the CPU engine records ATen calls) overrides this.
         """
-        return self.capture(fn, args, pool=pool, capture_error_mode=capture_error_mode)
+        return self.capture(
+            fn, args, pool=pool, capture_error_mode=capture_error_mode, owned_inputs=owned_inputs
+        )
 
     @abstractmethod
     def new_pool(self) -> Any:
@@ -110,3 +120,15 @@ class DeviceRuntime(ABC):
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (no-op where work is synchronous)."""
         return None
+
+    def pool_lock(self, pool: Any) -> threading.RLock:
+        """The lock under which a call stages its inputs, replays and takes its outputs.
+
+        Captures that share ``pool`` share bytes, so one call's input copies, replay and output
+        clones must not interleave with another's. One lock per runtime by default.
+        """
+        return RUNTIME_LOCKS.setdefault(self.name, threading.RLock())
+
+
+RUNTIME_LOCKS: dict[str, threading.RLock] = {}
+"""The default ``pool_lock`` of each device type."""

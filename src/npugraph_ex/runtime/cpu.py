@@ -11,6 +11,7 @@ overload, no view recomputation, no FX interpretation: one generated function be
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,17 +20,28 @@ import torch
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.cpu_bindings import fastest_call
+from npugraph_ex.runtime.cpu_heap import release_free_heap
 from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import straight_line
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
 
+WITH_EFFECTS = torch.ops.higher_order.with_effects
+
 
 class KernelRecorder(TorchDispatchMode):
-    """Runs kernels normally and records, for each, the step that recomputes it in place."""
+    """Runs kernels normally and records, for each, the step that recomputes it in place.
+
+    Of the higher-order ops, only ``with_effects`` reaches a graph that is captured (AOTAutograd
+    wraps ops with side effects in it, such as linalg's error checks): its op is recorded and
+    always re-issued, whether or not it returns anything.
+    """
+
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -39,15 +51,28 @@ class KernelRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if func is WITH_EFFECTS:
+            return self.record_effect(*args, **kwargs)
+        if not isinstance(func, OpOverload):
+            raise CaptureError(f"the CPU replay engine cannot record {func}")
         result = func(*args, **kwargs)
-        planned = plan_step(func, args, kwargs, result)
+        self.record(plan_step(func, args, kwargs, result), result)
+        return result
+
+    def record(self, planned: tuple[str, Step] | None, result: Any) -> None:
         if planned is not None:
             kind, step = planned
             self.steps.append(step)
             self.step_kinds[kind] += 1
         # Every result stays alive for the graph's life: its address is part of the graph.
         self.produced.append(result)
-        return result
+
+    def record_effect(self, token: Any, op: OpOverload, *args: Any, **kwargs: Any) -> tuple:
+        result = op(*args, **kwargs)
+        planned = plan_step(op, args, kwargs, result) or ("effect", (op, args, kwargs))
+        self.record(planned, result)
+        new_token = torch.empty(0)
+        return (new_token, *result) if isinstance(result, tuple) else (new_token, result)
 
 
 class CpuGraph(CapturedGraph):
@@ -58,7 +83,12 @@ class CpuGraph(CapturedGraph):
     """
 
     def __init__(
-        self, recorder: KernelRecorder, outputs: list[Any], inputs: Any, pool: CpuPool | None
+        self,
+        recorder: KernelRecorder,
+        outputs: list[Any],
+        inputs: Any,
+        pool: CpuPool | None,
+        owned_inputs: Sequence[torch.Tensor] = (),
     ):
         self.steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
@@ -74,8 +104,13 @@ class CpuGraph(CapturedGraph):
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
-        movable = storages_of(recorder.produced) - storages_of(inputs)
-        plan = plan_memory([tensors_in((a, k)) for _, a, k in self.steps], outputs, movable)
+        # Owned input buffers are planned like intermediates live from before the first step
+        # (the caller's values are copied in before a replay starts).
+        movable = (storages_of(recorder.produced) | storages_of(owned_inputs)) - storages_of(inputs)
+        step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
+        if step_tensors:
+            step_tensors[0] = [*owned_inputs, *step_tensors[0]]
+        plan = plan_memory(step_tensors, outputs, movable)
         self.placed = pool.place(plan) if pool is not None else None
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
@@ -150,6 +185,7 @@ class CpuRuntime(DeviceRuntime):
         *,
         pool: Any,
         capture_error_mode: str,
+        owned_inputs: Sequence[int] = (),
     ) -> CpuGraph:
         recorder = KernelRecorder()
         with torch.no_grad(), recorder:
@@ -158,7 +194,12 @@ class CpuRuntime(DeviceRuntime):
             pool = None
         elif pool is None:
             pool = self.new_pool()
-        return CpuGraph(recorder, outputs, list(args), pool)
+        owned = [args[i] for i in owned_inputs]
+        fixed = [a for i, a in enumerate(args) if i not in set(owned_inputs)]
+        graph = CpuGraph(recorder, outputs, fixed, pool, owned)
+        del recorder, outputs  # the capture's own storages, now moved into the pool
+        release_free_heap()
+        return graph
 
     def capture_compiled(
         self,
@@ -167,6 +208,7 @@ class CpuRuntime(DeviceRuntime):
         *,
         pool: Any,
         capture_error_mode: str,
+        owned_inputs: Sequence[int] = (),
     ) -> CompiledKernelCall:
         return CompiledKernelCall(fn, args)
 
@@ -178,3 +220,6 @@ class CpuRuntime(DeviceRuntime):
 
     def pool_bytes(self, pool: Any) -> int:
         return pool.nbytes
+
+    def pool_lock(self, pool: Any) -> threading.RLock:
+        return pool.lock if isinstance(pool, CpuPool) else super().pool_lock(pool)

@@ -45,6 +45,8 @@ class KernelProbe(TorchDispatchMode):
         super().__init__()
         self.expected = expected
         self.tensors = tensors
+        self.written: Any = None
+        """What the kernel would return (its written arguments), once it is reached."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -59,7 +61,8 @@ class KernelProbe(TorchDispatchMode):
             for position, arg in enumerate(func._schema.arguments)
             if arg.alias_info is not None and arg.alias_info.is_write
         ]
-        return written[0] if len(written) == 1 else tuple(written)
+        self.written = written[0] if len(written) == 1 else tuple(written)
+        return self.written
 
 
 def kind_of(value: Any) -> Any:
@@ -80,12 +83,25 @@ RESOLVED: dict[tuple[OpOverload, tuple], Callable[..., Any]] = {}
 
 
 def reaches(binding: Callable[..., Any], op: OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether ``binding`` runs ``op`` on these very tensors and returns what it wrote.
+
+    Both halves matter: some bindings (``Tensor.__lshift__`` given ``out=``) return
+    ``NotImplemented`` without reaching any kernel, and a replay through them writes nothing.
+    """
+    probe = KernelProbe(op, tensors_in((args, kwargs)))
     try:
-        with KernelProbe(op, tensors_in((args, kwargs))):
-            binding(*args, **kwargs)
+        with probe:
+            returned = binding(*args, **kwargs)
     except (WrongKernel, TypeError, RuntimeError):
         return False
-    return True
+    return probe.written is not None and same_tensors(returned, probe.written)
+
+
+def same_tensors(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same tensor objects, in the same structure."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_tensors(x, y) for x, y in zip(a, b, strict=True))
+    return a is b
 
 
 def fastest_call(op: OpOverload, args: tuple, kwargs: dict) -> Callable[..., Any]:

@@ -58,13 +58,16 @@ COPIES_OF_FIRST_ARGUMENT = frozenset(
 ``prims.convert_element_type``, which graphs with dynamic shapes carry, has none: it is
 ``empty_like`` then ``copy_``)."""
 
+EXACT_NUMBER_DTYPES = frozenset({torch.float32, torch.float64})
+"""Dtypes that CPU kernels compute in as they are, a Python number operand included."""
+
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A bound kernel call: ``fn(*args, **kwargs)``; ``fn`` is the OpOverload for in-place and
 ``out=`` steps (``cpu_bindings`` swaps in the fastest way to call it)."""
 
 PlannedStep = tuple[str, Step]
-"""A step and its kind: ``"inplace"`` (re-issued as recorded), ``"host"`` (a scope's effect),
-``"out"`` or ``"copy"``."""
+"""A step and its kind: ``"inplace"`` or ``"effect"`` (re-issued as recorded), ``"host"`` (a
+scope's effect), ``"out"`` or ``"copy"``."""
 
 
 def numbers_for_tensors(op: OpOverload, args: tuple, kwargs: dict) -> frozenset[str]:
@@ -81,15 +84,17 @@ def prewrap_numbers(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> t
     """Replace Python numbers passed for Tensor arguments by 0-d tensors made once.
 
     A number is wrapped and converted to the computation dtype inside every call (an allocation
-    and a copy). Where every tensor operand and the result share one floating dtype, that dtype is
-    the computation dtype whatever the number is, so a 0-d tensor of it gives the same bits.
+    and a copy). Where every tensor operand and the result share one of ``EXACT_NUMBER_DTYPES``,
+    that dtype is the computation dtype whatever the number is, so a 0-d tensor of it gives the
+    same bits. Reduced-precision floats compute with the number in float32 (``x * 100000.0`` on
+    float16 is finite while 100000 is not a float16), so their numbers stay numbers.
     """
     numbers = numbers_for_tensors(op, args, kwargs)
     operands = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
     if not numbers or not isinstance(result, torch.Tensor) or not operands:
         return args, kwargs
     dtype = result.dtype
-    if not dtype.is_floating_point or any(t.dtype != dtype for t in operands):
+    if dtype not in EXACT_NUMBER_DTYPES or any(t.dtype != dtype for t in operands):
         return args, kwargs
     wrapped_args = list(args)
     wrapped_kwargs = dict(kwargs)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
+from npugraph_ex.runtime.output_copies import private_copies
 
 
 class DeviceGraph(CapturedGraph):
@@ -44,37 +45,6 @@ class DeviceGraph(CapturedGraph):
     @property
     def pool_bytes(self) -> int:
         return self._pool_bytes
-
-
-def byte_view(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8, device=device).set_(
-        storage, 0, (storage.nbytes(),), (1,)
-    )
-
-
-def private_copies(outputs: list[Any], inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """Storages of their own for the outputs the pool holds: (new outputs, (source, copy) pairs).
-
-    Outputs that alias an input keep aliasing it; outputs sharing a storage keep sharing one.
-    """
-    input_storages = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
-    copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    moved: list[Any] = []
-    for output in outputs:
-        storage = output.untyped_storage() if isinstance(output, torch.Tensor) else None
-        if storage is None or storage.nbytes() == 0 or storage.data_ptr() in input_storages:
-            moved.append(output)
-            continue
-        if storage.data_ptr() not in copies:
-            own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=output.device)
-            copies[storage.data_ptr()] = (byte_view(storage, output.device), own)
-        own_storage = copies[storage.data_ptr()][1].untyped_storage()
-        moved.append(
-            torch.empty(0, dtype=output.dtype, device=output.device).set_(
-                own_storage, output.storage_offset(), output.shape, output.stride()
-            )
-        )
-    return moved, list(copies.values())
 
 
 class StreamGraphRuntime(DeviceRuntime):
@@ -104,6 +74,7 @@ class StreamGraphRuntime(DeviceRuntime):
         *,
         pool: Any,
         capture_error_mode: str,
+        owned_inputs: Sequence[int] = (),
     ) -> DeviceGraph:
         # pool_bytes: what the capture newly reserved (its own pool, or growth of a shared one)
         self.module.synchronize()

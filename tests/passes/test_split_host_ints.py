@@ -1,4 +1,4 @@
-"""Int inputs that are data (``capture/host_ints.py``): every value replays one capture.
+"""Int inputs that are data (the ``split_host_ints`` pass): every value replays one capture.
 
 An int that only enters arithmetic, tensor operands and int outputs leaves the device graph: the
 host computes its arithmetic per call and passes the operands as 0-d tensors. Any other use keeps
@@ -108,3 +108,36 @@ def test_arithmetic_of_two_ints_and_int_outputs_come_back_in_place(
         assert totals()["replays"] == 2
     else:
         assert totals()["eager_calls"] == 3
+
+
+@torch.no_grad()
+def test_with_the_pass_disabled_every_value_is_a_key_of_its_own() -> None:
+    fn = torch.compile(
+        offset_and_next,
+        backend="npugraph_ex",
+        fullgraph=True,
+        dynamic=True,
+        options={"disabled_passes": ["split_host_ints"]},
+    )
+    x = torch.arange(4.0)
+    for n in (1, 2, 5, 2):
+        got, advanced = fn(x, n)
+        assert torch.equal(got, offset_and_next(x, n)[0]) and advanced == n + 1
+    assert totals()["captures"] == 3
+    assert totals()["replays"] == 1
+
+
+def test_the_split_graph_is_what_the_last_dump_shows(tmp_path) -> None:
+    fn = torch.compile(
+        offset_and_next,
+        backend="npugraph_ex",
+        fullgraph=True,
+        dynamic=True,
+        options={"debug_dump_dir": str(tmp_path)},
+    )
+    with torch.no_grad():
+        fn(torch.arange(4.0), 3)
+    (folder,) = tmp_path.iterdir()
+    last = sorted(folder.iterdir())[-1]
+    assert last.name.endswith("_after_split_host_ints.py")
+    assert "_tensor" in last.read_text()  # the int arrives as a 0-d tensor input

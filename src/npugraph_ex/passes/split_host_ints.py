@@ -6,7 +6,7 @@ arithmetic (``s - 31``, ``max(s - 31, 0)``), tensor operands (``arange(n) + s``)
 outputs, and sizes no tensor, its value changes no shape, yet a capture would bake it into its
 kernels and need a graph key per value: a capture on every call.
 
-So, before capture, such ints leave the device graph:
+So, as the last pass before capture, such ints leave the device graph:
 
     before: %s: SymInt input;  %t = aten.add_.Tensor(%arange, %s);  return (%y, %s + 1)
     after:  %s_t: 0-d int64 tensor input;  %t = aten.add_.Tensor(%arange, %s_t);  return (%y,)
@@ -32,7 +32,9 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from npugraph_ex.capture.analysis import argument_value, fake_value
+from npugraph_ex.config import Config
+from npugraph_ex.passes.graph_facts import fake_value
+from npugraph_ex.schemas import argument_value
 
 HOST_ARITHMETIC = frozenset(
     {
@@ -261,3 +263,17 @@ def user_device(user: torch.fx.Node) -> torch.device:
         if isinstance(value, torch.Tensor):
             return value.device
     return torch.device("cpu")
+
+
+HOST_INTS = "npugraph_ex.host_ints"
+"""Where the pass leaves its ``HostInts`` on the graph module's ``meta``, for the compiler to
+wrap the capture manager with."""
+
+
+def split_host_ints_pass(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+) -> None:
+    """The pass form of ``split_host_ints``: its result goes to ``gm.meta[HOST_INTS]``."""
+    host = split_host_ints(gm)
+    if host is not None:
+        gm.meta[HOST_INTS] = host
