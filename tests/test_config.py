@@ -82,6 +82,7 @@ OPTIONS = [
     ),
     ("super_kernel_debug_options", {"b": 2}, {"b": 2}, "b=2", "a dict or None", ConfigTypeError),
     ("strict_capture", True, True, 1, BOOL, ConfigTypeError),
+    ("strict_passes", True, True, 1, BOOL, ConfigTypeError),
     (
         "disabled_passes",
         ["remove_noop"],
