@@ -26,8 +26,9 @@ class Traced:
         return sum(1 for n in self.gm.graph.nodes if n.target is target)
 
 
-def trace(fn: Callable[..., Any], *args: Any) -> Traced:
-    """Trace ``fn(*args)`` with Dynamo and AOTAutograd exactly as the backend does."""
+def trace(fn: Callable[..., Any], *args: Any, dynamic: bool | None = None) -> Traced:
+    """Trace ``fn(*args)`` with Dynamo and AOTAutograd exactly as the backend does (with
+    ``torch.compile``'s ``dynamic``)."""
     found: list[Traced] = []
 
     def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -44,7 +45,7 @@ def trace(fn: Callable[..., Any], *args: Any) -> Traced:
         )
 
     with torch.no_grad():
-        torch.compile(fn, backend=backend, fullgraph=True)(*args)
+        torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)(*args)
     (traced,) = found
     return traced
 
