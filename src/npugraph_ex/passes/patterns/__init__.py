@@ -6,7 +6,8 @@ was traced with never stand in for other sizes. Patterns are traced as the backe
 (``make_fx`` without decompositions: the ATen ops AOTAutograd's inference graphs hold).
 
 Built-in patterns are registered on first use, one module per pattern in this package, each
-stating its numeric tolerance against eager.
+stating its numeric tolerance against eager and checking what it binds before it replaces it
+(``checks``: a tensor or a number, dtype, device, broadcast shape).
 """
 
 from __future__ import annotations
