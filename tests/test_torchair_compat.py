@@ -4,6 +4,7 @@ get_npu_backend hands the mapped options to the backend."""
 from __future__ import annotations
 
 import copy
+import logging
 import sys
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from npugraph_ex.config import Config
 from npugraph_ex.errors import ConfigError, ConfigTypeError
-from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend
+from npugraph_ex.torchair_compat import CompilerConfig, ConfiguredBackend, get_npu_backend
 
 
 def custom_pass(graph: Any) -> None:
@@ -79,7 +80,49 @@ MAPPINGS = [
     ("dump_config.dump_path", "dumps", {"data_dump_dir": "dumps"}),
     ("post_grad_custom_pre_pass", custom_pass, {"post_grad_custom_pre_pass": custom_pass}),
     ("post_grad_custom_post_pass", custom_pass, {"post_grad_custom_post_pass": custom_pass}),
+    ("debug.aclgraph.remove_cat_ops", False, {"remove_cat_ops": False}),
+    ("debug.deadlock_check", True, {"deadlock_check": True}),
+    ("experimental_config.aclgraph._super_kernel_optimize", True, {"super_kernel_optimize": True}),
+    (
+        "experimental_config.aclgraph._super_kernel_optimize_options",
+        {"a": 1},
+        {"super_kernel_optimize_options": {"a": 1}},
+    ),
+    (
+        "experimental_config.aclgraph._super_kernel_debug_options",
+        {"b": 2},
+        {"super_kernel_debug_options": {"b": 2}},
+    ),
+    # TorchAir's npugraph_ex.CompilerConfig spells the options flat.
+    ("clone_output", True, {"clone_output": True}),
+    ("capture_limit", 8, {"capture_limit": 8}),
+    ("force_recapture", True, {"force_recapture": True}),
+    ("capture_error_mode", "relaxed", {"capture_error_mode": "relaxed"}),
+    ("remove_cat_ops", False, {"remove_cat_ops": False}),
 ]
+
+TORCHAIR_ACLGRAPH_DEBUG = {
+    "disable_reinplace_inplaceable_ops_pass": True,
+    "disable_reinplace_input_mutated_ops_pass": True,
+    "disable_mempool_reuse_in_same_fx": True,
+    "enable_output_clone": True,
+    "static_capture_size_limit": 16,
+    "clone_input": False,
+    "remove_cat_ops": False,
+}
+"""Every field of TorchAir's ``_AclGraphDebugConfig`` (``config.debug.aclgraph``), a value each."""
+
+TORCHAIR_ACLGRAPH_EXPERIMENTAL = {
+    "_aclnn_static_shape_kernel": True,
+    "_aclnn_static_shape_kernel_build_dir": "/tmp/kernels",
+    "_aclnn_static_shape_kernel_sym_value_range": [1, 64],
+    "_aclnn_static_shape_kernel_sym_index": 0,
+    "_super_kernel_optimize": True,
+    "_super_kernel_optimize_options": {"x": 1},
+    "_super_kernel_debug_options": {"y": 1},
+}
+"""Every field of TorchAir's ``_AclGraphExperimentalConfig``
+(``config.experimental_config.aclgraph``)."""
 
 NEGATED = [
     ("debug.aclgraph.disable_reinplace_inplaceable_ops_pass", "inplace_pass"),
@@ -89,14 +132,23 @@ NEGATED = [
     ("aclgraph_config.disable_reinplace_input_mutated_ops_pass", "input_inplace_pass"),
 ]
 
-ACLGRAPH_NAMES = (
-    "clone_input, disable_mempool_reuse_in_same_fx, disable_reinplace_inplaceable_ops_pass, "
-    "disable_reinplace_input_mutated_ops_pass, enable_output_clone, static_capture_size_limit"
-)
-TOP_NAMES = (
-    "aclgraph_config, debug, dump_config, experimental_config, mode, "
-    "post_grad_custom_post_pass, post_grad_custom_pre_pass"
-)
+ACLGRAPH_NAMES = ", ".join(sorted(TORCHAIR_ACLGRAPH_DEBUG))
+TOP_NAMES = ", ".join(
+    sorted(
+        {"_vllm_aclnn_static_kernel_sym_index", "_vllm_aclnn_static_kernel_sym_range"}
+        | {"aclgraph_config", "debug", "dump_config", "experimental_config", "mode"}
+        | {"post_grad_custom_post_pass", "post_grad_custom_pre_pass"}
+        | {
+            "force_eager", "force_recapture", "capture_limit", "clone_input", "clone_output",
+            "frozen_parameter", "use_graph_pool", "reuse_graph_pool_in_same_fx",
+            "capture_error_mode", "static_kernel_compile", "disable_static_kernel_compile_cache",
+            "remove_noop_ops", "remove_cat_ops", "inplace_pass", "input_inplace_pass",
+            "pattern_fusion_pass", "dump_tensor_data", "data_dump_stage", "data_dump_dir",
+            "deadlock_check", "super_kernel_optimize", "super_kernel_optimize_options",
+            "super_kernel_debug_options",
+        }
+    )
+)  # fmt: skip
 
 
 def test_unset_config_gives_defaults() -> None:
@@ -171,21 +223,50 @@ def test_both_reinplace_spellings_conflict() -> None:
     assert "CompilerConfig().aclgraph_config.disable_reinplace_input_mutated_ops_pass" in message
 
 
-@pytest.mark.parametrize("kind", ["txt", "py", "pbtxt"])
-def test_graph_dump_type_is_only_recorded(kind: str) -> None:
+def test_graph_dump_type_py_is_only_recorded() -> None:
     config = CompilerConfig()
-    config.debug.graph_dump.type = kind
-    assert config.debug.graph_dump.type == kind
+    config.debug.graph_dump.type = "py"
+    assert config.debug.graph_dump.type == "py"
     assert config.to_options() == {}
 
 
-def test_graph_dump_type_rejects_unknown_kind() -> None:
+@pytest.mark.parametrize("kind", ["txt", "pbtxt", "json"])
+def test_graph_dump_types_other_than_py_are_refused(kind: str) -> None:
+    # As TorchAir's aclgraph mode does: its txt and pbtxt dumps are graph-engine formats.
     config = CompilerConfig()
     with pytest.raises(ConfigError) as info:
-        config.debug.graph_dump.type = "json"
+        config.debug.graph_dump.type = kind
     assert str(info.value) == (
-        "CompilerConfig().debug.graph_dump.type must be one of 'txt', 'py', 'pbtxt', got 'json'"
+        "CompilerConfig().debug.graph_dump.type must be 'py' (npugraph_ex dumps each FX graph "
+        f"as Python; 'txt' and 'pbtxt' are TorchAir's graph-engine formats), got {kind!r}"
     )
+    assert config.debug.graph_dump.type is None
+
+
+@pytest.mark.parametrize(("name", "value"), TORCHAIR_ACLGRAPH_DEBUG.items())
+def test_every_torchair_aclgraph_debug_field_is_accepted(name: str, value: Any) -> None:
+    config = CompilerConfig()
+    setattr(config.debug.aclgraph, name, value)
+    assert getattr(config.debug.aclgraph, name) == value
+    config.to_config()
+
+
+@pytest.mark.parametrize(("name", "value"), TORCHAIR_ACLGRAPH_EXPERIMENTAL.items())
+def test_every_torchair_aclgraph_experimental_field_is_accepted(name: str, value: Any) -> None:
+    config = CompilerConfig()
+    setattr(config.experimental_config.aclgraph, name, value)
+    assert getattr(config.experimental_config.aclgraph, name) == value
+    config.to_config()
+
+
+def test_torchair_debug_groups_are_accepted() -> None:
+    config = CompilerConfig()
+    config.debug.data_dump.type = "npy"
+    config.debug.data_dump.filter = lambda op: True
+    config.debug.data_dump.path = "."
+    config.debug.fx_summary.type = "csv"
+    config.debug.fx_summary.skip_compile = False
+    assert config.to_options() == {}
 
 
 @pytest.mark.parametrize("access", ["get", "set"])
@@ -293,15 +374,60 @@ def test_get_npu_backend_validates_before_compiling() -> None:
 def test_get_npu_backend_passes_mapped_options(
     spelling: str, value: Any, options: dict[str, Any]
 ) -> None:
-    backend = pytest.importorskip("npugraph_ex.dynamo_backend")
+    pytest.importorskip("npugraph_ex.dynamo_backend")
     config = CompilerConfig()
     set_path(config, spelling, value)
     compiled = get_npu_backend(compiler_config=config, custom_decompositions={})
     assert callable(compiled)
-    assert compiled.func is backend.npugraph_ex_backend
-    assert compiled.keywords["options"] == options
+    assert isinstance(compiled, ConfiguredBackend)
+    assert compiled.options == options
 
 
 def test_get_npu_backend_without_config() -> None:
     pytest.importorskip("npugraph_ex.dynamo_backend")
-    assert get_npu_backend().keywords["options"] == {}
+    assert get_npu_backend().options == {}
+
+
+def kept_after_next_call(backend: Any, **compile_kwargs: Any) -> bool:
+    """Whether an output stays as it was after the next call (``clone_output``), or is
+    overwritten by the replay that reuses the graph's memory (the default)."""
+    import torch
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, **compile_kwargs)
+    with torch.no_grad():
+        compiled(torch.ones(4))  # captured
+        first = compiled(torch.ones(4))  # replayed
+        compiled(torch.full((4,), 3.0))
+    return torch.equal(first, torch.full((4,), 2.0))
+
+
+def output_clone_config() -> CompilerConfig:
+    config = CompilerConfig()
+    config.debug.aclgraph.enable_output_clone = True
+    return config
+
+
+def test_options_given_to_torch_compile_merge_with_the_config() -> None:
+    backend = get_npu_backend(compiler_config=output_clone_config())
+    assert kept_after_next_call(backend, options={"capture_limit": 8})
+    assert not kept_after_next_call(get_npu_backend(), options={"capture_limit": 8})
+
+
+def test_an_option_set_both_ways_takes_the_options_value_and_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = get_npu_backend(compiler_config=output_clone_config())
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        assert not kept_after_next_call(backend, options={"clone_output": False})
+        assert not kept_after_next_call(backend, options={"clone_output": False})
+    assert (
+        caplog.text.count(
+            "torch.compile(options={'clone_output': False}) overrides the CompilerConfig's "
+            "clone_output=True; set it in one place only"
+        )
+        == 1
+    )

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
+import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from npugraph_ex.config import Config
+from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import ConfigError, ConfigTypeError
 
-__all__ = ["CompilerConfig", "OptionGroup", "get_npu_backend"]
+log = logging.getLogger(__name__)
+
+__all__ = ["CompilerConfig", "ConfiguredBackend", "OptionGroup", "get_npu_backend"]
 
 
 @dataclass(frozen=True)
@@ -50,29 +53,82 @@ _ACLGRAPH_REINPLACE: _Tree = {
     "disable_reinplace_input_mutated_ops_pass": _Leaf("input_inplace_pass", negate=True),
 }
 
+_FLAT_NAMES = (
+    "force_eager",
+    "force_recapture",
+    "capture_limit",
+    "clone_input",
+    "clone_output",
+    "frozen_parameter",
+    "use_graph_pool",
+    "reuse_graph_pool_in_same_fx",
+    "capture_error_mode",
+    "static_kernel_compile",
+    "disable_static_kernel_compile_cache",
+    "remove_noop_ops",
+    "remove_cat_ops",
+    "inplace_pass",
+    "input_inplace_pass",
+    "pattern_fusion_pass",
+    "dump_tensor_data",
+    "data_dump_stage",
+    "data_dump_dir",
+    "deadlock_check",
+    "super_kernel_optimize",
+    "super_kernel_optimize_options",
+    "super_kernel_debug_options",
+)
+"""Options TorchAir's own ``npugraph_ex.CompilerConfig`` sets by their flat names."""
+
+_GRAPH_DUMP_TYPE = _Leaf(None, choices=("py",))
+"""npugraph_ex dumps FX graphs as Python; TorchAir's ``txt``/``pbtxt`` are graph-engine formats
+(its aclgraph mode refuses them too)."""
+
 _TREE: _Tree = {
     "mode": _Leaf("mode"),
     "post_grad_custom_pre_pass": _Leaf("post_grad_custom_pre_pass"),
     "post_grad_custom_post_pass": _Leaf("post_grad_custom_post_pass"),
+    **{name: _Leaf(name) for name in _FLAT_NAMES},
+    "_vllm_aclnn_static_kernel_sym_index": _Leaf(None),
+    "_vllm_aclnn_static_kernel_sym_range": _Leaf(None),
     "debug": {
         "run_eagerly": _Leaf("force_eager"),
+        "deadlock_check": _Leaf("deadlock_check"),
         "aclgraph": {
             "clone_input": _Leaf("clone_input"),
             **_ACLGRAPH_REINPLACE,
             "disable_mempool_reuse_in_same_fx": _Leaf("reuse_graph_pool_in_same_fx", negate=True),
             "static_capture_size_limit": _Leaf("capture_limit"),
             "enable_output_clone": _Leaf("clone_output"),
+            "remove_cat_ops": _Leaf("remove_cat_ops"),
         },
         "graph_dump": {
-            "type": _Leaf(None, choices=("txt", "py", "pbtxt")),
+            "type": _GRAPH_DUMP_TYPE,
             "path": _Leaf("debug_dump_dir"),
+        },
+        "data_dump": {
+            "type": _Leaf(None, choices=("npy",)),
+            "filter": _Leaf(None),
+            "path": _Leaf(None),
+        },
+        "fx_summary": {
+            "type": _Leaf(None, choices=("csv",)),
+            "skip_compile": _Leaf(None),
         },
     },
     "experimental_config": {
         "frozen_parameter": _Leaf("frozen_parameter"),
         "remove_noop_ops": _Leaf("remove_noop_ops"),
         "pattern_fusion_pass": _Leaf("pattern_fusion_pass"),
-        "aclgraph": {"_aclnn_static_shape_kernel": _Leaf("static_kernel_compile")},
+        "aclgraph": {
+            "_aclnn_static_shape_kernel": _Leaf("static_kernel_compile"),
+            "_aclnn_static_shape_kernel_build_dir": _Leaf(None),
+            "_aclnn_static_shape_kernel_sym_value_range": _Leaf(None),
+            "_aclnn_static_shape_kernel_sym_index": _Leaf(None),
+            "_super_kernel_optimize": _Leaf("super_kernel_optimize"),
+            "_super_kernel_optimize_options": _Leaf("super_kernel_optimize_options"),
+            "_super_kernel_debug_options": _Leaf("super_kernel_debug_options"),
+        },
     },
     "aclgraph_config": {
         "use_custom_pool": _Leaf("use_graph_pool"),
@@ -135,6 +191,11 @@ class OptionGroup:
             )
         if not isinstance(leaf, _Leaf):
             raise self._unknown(name)
+        if leaf is _GRAPH_DUMP_TYPE and value is not None and value != "py":
+            raise ConfigError(
+                f"{self._path}.{name} must be 'py' (npugraph_ex dumps each FX graph as Python; "
+                f"'txt' and 'pbtxt' are TorchAir's graph-engine formats), got {value!r}"
+            )
         if leaf.choices is not None and value is not None and value not in leaf.choices:
             allowed = ", ".join(repr(choice) for choice in leaf.choices)
             raise ConfigError(f"{self._path}.{name} must be one of {allowed}, got {value!r}")
@@ -242,7 +303,51 @@ def get_npu_backend(
             f"got {type(compiler_config).__name__}"
         )
     compiler_config.to_config()
-    # Imported here: the backend module imports the compiler stack, which imports this module.
-    from npugraph_ex.dynamo_backend import npugraph_ex_backend
+    return ConfiguredBackend(compiler_config.to_options())
 
-    return functools.partial(npugraph_ex_backend, options=compiler_config.to_options())
+
+class ConfiguredBackend:
+    """The backend with a ``CompilerConfig``'s options, merged with ``torch.compile(...,
+    options=...)``.
+
+    ``torch.compile`` passes its ``options`` to the backend on every compile; they are added to
+    the config's. An option set both ways to different values takes the ``options=`` value, the
+    one written at the call, and a one-time warning names it with both values.
+    """
+
+    __name__ = "npugraph_ex"
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+
+    def __call__(
+        self,
+        gm: Any,
+        example_inputs: Any,
+        *,
+        options: Mapping[str, Any] | None = None,
+        mode: str | None = None,
+    ) -> Any:
+        # Imported here: the backend module imports the compiler stack, which imports this one.
+        from npugraph_ex.dynamo_backend import npugraph_ex_backend
+
+        return npugraph_ex_backend(
+            gm, example_inputs, options=self.merged(options or {}), mode=mode
+        )
+
+    def merged(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The config's options updated with ``options``, warning once per conflict."""
+        for name, value in options.items():
+            if name in self.options and self.options[name] != value:
+                log_once(
+                    log,
+                    logging.WARNING,
+                    ("options= overrides CompilerConfig", name, repr(value)),
+                    "torch.compile(options={%r: %r}) overrides the CompilerConfig's %s=%r; "
+                    "set it in one place only",
+                    name,
+                    value,
+                    name,
+                    self.options[name],
+                )
+        return {**self.options, **options}

@@ -123,3 +123,28 @@ def test_a_user_pattern_stops_at_a_scope_edge_whatever_its_extra_check_says(trac
     assert inside.op_counts()["aten.mul.Tensor"] == 0
     assert inside.op_counts()["aten.add.Tensor"] == 2
     torch.testing.assert_close(inside.gm(x, y)[0], doubled_with_scope(x, y))
+
+
+def scaled_exp(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x) * scale
+
+
+def test_functions_of_different_arities_are_refused_at_registration() -> None:
+    patterns_before = {key: len(entries) for key, entries in registry().patterns.items()}
+    with pytest.raises(TypeError) as error:
+        npugraph_ex.register_replacement(sinh_plus_cosh, scaled_exp, [torch.randn(4)])
+    assert str(error.value) == (
+        "register_replacement: search function sinh_plus_cosh() takes 1 argument but "
+        "replacement function scaled_exp() takes 2 arguments; both must take the same "
+        "arguments, in the same order, one per example input"
+    )
+    assert {key: len(entries) for key, entries in registry().patterns.items()} == patterns_before
+
+
+def test_example_inputs_must_match_the_arguments() -> None:
+    with pytest.raises(TypeError) as error:
+        npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4), torch.randn(4)])
+    assert str(error.value) == (
+        "register_replacement: search function sinh_plus_cosh() takes 1 argument but 2 example "
+        "inputs were given; give one example input per argument"
+    )

@@ -252,3 +252,101 @@ def test_hugging_face_eager_attention_is_fused_with_dynamic_shapes(name: str) ->
     counts = Counter(str(node.target) for node in recorder.only().nodes)
     assert counts[str(FLASH)] == 1
     assert counts["aten._softmax.default"] == 0
+
+
+def attention(q, k, v, mask, scale=0.25):  # noqa: ANN001, ANN201
+    """Hugging Face's eager attention without grouped heads; ``mask`` of any kind."""
+    weights = torch.matmul(q, k.transpose(2, 3)) * scale + mask
+    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v)
+
+
+def qkv(dtype: torch.dtype = torch.float32, batch: int = 1, kv_batch: int | None = None):
+    kv_batch = batch if kv_batch is None else kv_batch
+    return (
+        torch.randn(batch, 4, 6, 16, dtype=dtype),
+        torch.randn(kv_batch, 4, 6, 16, dtype=dtype),
+        torch.randn(kv_batch, 4, 6, 16, dtype=dtype),
+    )
+
+
+CAUSAL = torch.triu(torch.full((6, 6), -1e9), 1)
+
+
+@pytest.mark.parametrize("mask", [1.0, 2], ids=["float", "int"])
+def test_a_number_added_as_the_mask_is_refused(fused, mask) -> None:
+    result = fused(lambda q, k, v: attention(q, k, v, mask), *qkv())
+    assert result.refused()
+    result.assert_close()
+
+
+def test_a_scale_that_is_a_tensor_is_refused(fused) -> None:
+    result = fused(attention, *qkv(), CAUSAL, torch.tensor(0.25))
+    assert result.refused()
+    result.assert_close()
+
+
+@pytest.mark.parametrize(
+    ("mask", "applies"),
+    [
+        (CAUSAL, True),
+        (CAUSAL[None, None], True),
+        (CAUSAL[None, None].expand(1, 4, 6, 6), True),
+        (CAUSAL[:, :1], True),
+        (torch.randn(2, 1, 4, 6, 6), False),  # grows the scores to 5-d
+    ],
+    ids=["2-d", "4-d", "expanded", "one column", "5-d"],
+)
+def test_broadcast_masks(fused, mask, applies) -> None:
+    result = fused(attention, *qkv(), mask)
+    assert result.applied(FLASH) if applies else result.refused()
+    result.assert_close(**TOLERANCE)
+
+
+def test_a_batch_the_products_broadcast_is_refused(fused) -> None:
+    result = fused(attention, *qkv(batch=2, kv_batch=1), CAUSAL)
+    assert result.refused()
+    result.assert_close()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "mask_dtype", "applies"),
+    [
+        (torch.float64, torch.float64, False),  # the pattern's re-trace holds float32 casts
+        (torch.float16, torch.float16, False),  # softmax in float16: the kernel's is float32
+        (torch.bfloat16, torch.bfloat16, False),
+        (torch.float32, torch.float64, False),  # the add promotes the scores to float64
+        (torch.float32, torch.bool, False),  # added as 0/1; the kernel would read "keep"
+        (torch.float32, torch.int64, False),
+    ],
+    ids=str,
+)
+def test_other_dtypes(fused, dtype, mask_dtype, applies) -> None:
+    mask = CAUSAL.to(mask_dtype) if mask_dtype.is_floating_point else CAUSAL.ne(0).to(mask_dtype)
+    # Softmax in the input's dtype where that is not float32, as a float32 graph has it.
+    fn = attention if dtype == torch.float32 else softmax_in_input_dtype
+    result = fused(fn, *qkv(dtype), mask)
+    assert result.applied(FLASH) if applies else result.refused()
+    result.assert_close(**TOLERANCE)
+
+
+def softmax_in_input_dtype(q, k, v, mask):  # noqa: ANN001, ANN201
+    """Attention whose softmax runs in the input's dtype: no casts, as in a float32 graph."""
+    weights = F.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask, dim=-1)
+    return torch.matmul(weights, v)
+
+
+def test_half_precision_attention_with_a_float32_softmax_is_left_alone(fused) -> None:
+    result = fused(attention, *qkv(torch.bfloat16), CAUSAL.to(torch.bfloat16))
+    assert result.refused()
+    result.assert_close()
+
+
+def test_non_contiguous_inputs(fused) -> None:
+    # As models lay them out: [batch, length, heads, dim] projections, transposed.
+    q, k, v = (torch.randn(1, 6, 4, 16).transpose(1, 2) for _ in range(3))
+    mask = torch.randn(6, 12)[:, ::2]
+    assert not any(t.is_contiguous() for t in (q, k, v, mask))
+    result = fused(attention, q, k, v, mask)
+    assert result.applied(FLASH)
+    result.assert_close(**TOLERANCE)

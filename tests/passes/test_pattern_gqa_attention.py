@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -79,3 +80,62 @@ def test_replays_are_bit_identical_to_eager() -> None:
         for _ in range(2):
             fresh = [torch.randn_like(t) for t in inputs]
             assert torch.equal(compiled(*fresh), fn(*fresh))
+
+
+def attention_scaled(q, k, v, mask, scale=None):  # noqa: ANN001, ANN201
+    n_rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(
+        q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask, scale=scale
+    )
+
+
+@pytest.mark.parametrize("scale", [None, 0.3, 1], ids=["default", "float", "int"])
+def test_scales(fused, scale) -> None:
+    result = fused(lambda q, k, v, m: attention_scaled(q, k, v, m, scale), *masked_inputs())
+    assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
+    result.assert_close()
+
+
+@pytest.mark.parametrize("mask_shape", [(3, 7), (2, 1, 3, 7), (1, 1, 1, 7), (2, 8, 3, 7)], ids=str)
+def test_broadcast_masks(fused, mask_shape) -> None:
+    q, k, v, _ = masked_inputs()
+    result = fused(masked_attention, q, k, v, torch.randn(mask_shape))
+    assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
+    result.assert_close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_other_dtypes(fused, dtype) -> None:
+    result = fused(masked_attention, *(t.to(dtype) for t in masked_inputs()))
+    assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
+    result.assert_close()
+
+
+def test_a_bool_mask(fused) -> None:
+    q, k, v, mask = masked_inputs()
+    result = fused(masked_attention, q, k, v, mask > -1)
+    assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
+    result.assert_close()
+
+
+def test_non_contiguous_inputs(fused) -> None:
+    # As models lay them out: [batch, length, heads, dim] projections, transposed.
+    q = torch.randn(2, 3, 8, 16).transpose(1, 2)
+    k, v = (torch.randn(2, 7, 2, 16).transpose(1, 2) for _ in range(2))
+    mask = torch.randn(2, 1, 7, 3).transpose(2, 3)
+    result = fused(masked_attention, q, k, v, mask)
+    assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
+    result.assert_close()
+
+
+def test_key_and_value_of_other_head_counts_are_refused(fused) -> None:
+    # Both repeated to 8 heads, from 2 and from 4: enable_gqa needs one head count for both.
+    def uneven(q, k, v, mask):  # noqa: ANN001, ANN202
+        return F.scaled_dot_product_attention(
+            q, repeat_kv(k, 4), repeat_kv(v, 2), attn_mask=mask, scale=0.3
+        )
+
+    q, k, _, mask = masked_inputs()
+    result = fused(uneven, q, k, torch.randn(2, 4, 7, 16), mask)
+    assert result.refused()
+    result.assert_close()

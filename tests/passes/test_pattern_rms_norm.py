@@ -9,6 +9,7 @@ real kernel in the dispatcher, computing in float32 and rounding once, as CUDA's
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -206,3 +207,71 @@ def test_other_hugging_face_norms_are_fused(cpu_fused_kernel, name: str, norms: 
     nodes = recorder.only().nodes
     assert sum(node.target is FUSED for node in nodes) == norms
     assert not any(node.target is aten.rsqrt.default for node in nodes)
+
+
+def rms_norm(x, w, *, cast=True):  # noqa: ANN001, ANN201
+    """The written-out norm as a function of its input and weight (a tensor or a number)."""
+    h = x.to(torch.float32) if cast else x
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * (h.to(x.dtype) if cast else h)
+
+
+LOW_PRECISION_ULP = dict(rtol=2**-7, atol=2**-7)
+"""One unit in the last place of bfloat16 (coarser than float16's) for unit-scale outputs."""
+
+
+@pytest.mark.parametrize("weight", [2.0, 3], ids=["float", "int"])
+def test_a_weight_that_is_a_number_is_refused(fused, cpu_fused_kernel, weight) -> None:
+    result = fused(lambda x: rms_norm(x, weight), torch.randn(3, HIDDEN))
+    assert result.refused()
+    result.assert_close()
+
+
+def test_a_zero_dim_weight_is_refused(fused, cpu_fused_kernel) -> None:
+    result = fused(rms_norm, torch.randn(3, HIDDEN), torch.tensor(2.0))
+    assert result.refused()
+    result.assert_close()
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "applies"),
+    [((3, 5, HIDDEN), (HIDDEN,), True), ((HIDDEN,), (HIDDEN,), True), ((3, HIDDEN), (1,), False)],
+    ids=["batched input", "1-d input", "weight of one element"],
+)
+def test_broadcast_weights(fused, cpu_fused_kernel, x_shape, w_shape, applies) -> None:
+    result = fused(rms_norm, torch.randn(x_shape), torch.rand(w_shape) + 0.5)
+    assert result.applied(FUSED) if applies else result.refused()
+    result.assert_close(rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cast", "applies"),
+    [
+        (torch.float64, False, False),  # the float32 pattern's re-trace holds casts
+        (torch.float16, True, True),
+        (torch.bfloat16, True, True),
+        (torch.float16, False, False),  # computed in float16; the kernel's is float32
+        (torch.bfloat16, False, False),
+    ],
+    ids=["float64", "float16", "bfloat16", "float16 uncast", "bfloat16 uncast"],
+)
+def test_other_dtypes(fused, cpu_fused_kernel, dtype, cast, applies) -> None:
+    x, w = torch.randn(3, HIDDEN, dtype=dtype), torch.rand(HIDDEN, dtype=dtype) + 0.5
+    result = fused(functools.partial(rms_norm, cast=cast), x, w)
+    assert result.applied(FUSED) if applies else result.refused()
+    result.assert_close(**(LOW_PRECISION_ULP if dtype in (torch.float16, torch.bfloat16) else {}))
+
+
+def test_an_integer_input_is_refused(fused, cpu_fused_kernel) -> None:
+    x = torch.randint(-4, 5, (3, HIDDEN))
+    result = fused(rms_norm, x, torch.randint(1, 3, (HIDDEN,)))
+    assert result.refused()
+    result.assert_close()
+
+
+def test_non_contiguous_inputs(fused, cpu_fused_kernel) -> None:
+    x, w = torch.randn(HIDDEN, 3).t(), (torch.rand(2 * HIDDEN) + 0.5)[::2]
+    assert not (x.is_contiguous() or w.is_contiguous())
+    result = fused(rms_norm, x, w)
+    assert result.applied(FUSED)
+    result.assert_close(rtol=1e-6, atol=1e-6)

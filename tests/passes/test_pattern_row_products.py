@@ -205,3 +205,60 @@ def test_a_product_in_a_block_limited_below_the_threads_is_not_split(traced, thr
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(compiled(x, w), products_in_blocks(x, w), **TOLERANCE)
+
+
+def linear_plus(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.addmm(b, x, w.t())
+
+
+@pytest.mark.parametrize(
+    ("bias", "applies"),
+    [(torch.tensor(0.5), False), (torch.randn(1, 256), False), (torch.randn(256), True)],
+    ids=["0-d", "a row to broadcast", "one per weight row"],
+)
+def test_scalar_and_broadcast_biases(fused, threads, bias, applies) -> None:
+    result = fused(linear_plus, torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT), bias)
+    assert result.applied(BADDBMM) if applies else result.refused()
+    result.assert_close(**TOLERANCE)
+
+
+def test_a_batched_input_is_split_as_its_rows(fused, threads) -> None:
+    # nn.Linear over [batch, 1, features]: a view to one row, the product, a view back.
+    result = fused(product, torch.randn(1, 1, 128), torch.randn(*SPLIT_WEIGHT))
+    assert result.applied(BMM)
+    result.assert_close(**TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64], ids=str
+)
+def test_other_dtypes_are_refused(fused, threads, dtype) -> None:
+    x, w = torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT)
+    if not dtype.is_floating_point:
+        x, w = torch.randint(-3, 4, x.shape), torch.randint(-3, 4, w.shape)
+    result = fused(product, x.to(dtype), w.to(dtype))
+    assert result.refused()
+    result.assert_close()
+
+
+def test_a_bias_cast_to_float32_first_is_split(fused, threads) -> None:
+    bias = torch.randn(256, dtype=torch.float64)
+    result = fused(lambda x, w, b: linear_plus(x, w, b.float()), torch.randn(1, 128),
+                   torch.randn(*SPLIT_WEIGHT), bias)  # fmt: skip
+    assert result.applied(BADDBMM)  # cast first: the bias the product sees is float32
+    result.assert_close(**TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    ("operand", "applies"), [("input", True), ("weight", False)], ids=["input", "weight"]
+)
+def test_non_contiguous_operands(fused, threads, operand, applies) -> None:
+    x, w = torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT)
+    if operand == "input":
+        x = torch.randn(128, 2)[:, :1].t()
+    else:
+        w = torch.randn(SPLIT_WEIGHT[0], 2 * SPLIT_WEIGHT[1])[:, ::2]
+    assert not (x.is_contiguous() and w.is_contiguous())
+    result = fused(product, x, w)
+    assert result.applied(BMM) if applies else result.refused()
+    result.assert_close(**TOLERANCE)

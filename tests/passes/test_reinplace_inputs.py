@@ -38,6 +38,16 @@ def counter_step(count: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return x * count
 
 
+def add_returned(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.add_(y)
+    return x  # the graph returns the copy back into x
+
+
+def kv_write_returned(cache: torch.Tensor, pos: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    cache.index_copy_(2, pos, k)
+    return cache
+
+
 CASES = {
     "index_copy": (
         kv_write,
@@ -63,6 +73,16 @@ CASES = {
         counter_step,
         lambda: (torch.zeros(()), torch.randn(3)),
         {aten.add.Tensor: -1, aten.add_.Tensor: 1, aten.copy_.default: -1},
+    ),
+    "add, input returned": (
+        add_returned,
+        lambda: (torch.zeros(3), torch.randn(3)),
+        {aten.add.Tensor: -1, aten.add_.Tensor: 1, aten.copy_.default: -1},
+    ),
+    "index_copy, input returned": (
+        kv_write_returned,
+        lambda: (torch.zeros(1, 2, 8, 4), torch.tensor([3]), torch.randn(1, 2, 1, 4)),
+        {aten.index_copy.default: -1, aten.index_copy_.default: 1, aten.copy_.default: -1},
     ),
 }
 
@@ -177,3 +197,17 @@ def test_a_mutating_custom_op_replays_like_eager(fn) -> None:
         assert torch.equal(compiled(mine, y), fn(theirs, y))
         assert torch.equal(mine, theirs)
     assert npugraph_ex.stats()["totals"]["replays"] == 2
+
+
+@pytest.mark.parametrize("fn", [add_returned, kv_write_returned])
+@torch.no_grad()
+def test_a_returned_input_is_the_callers_tensor_as_in_eager(fn) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="npugraph_ex", fullgraph=True)
+    make_inputs = CASES[
+        "add, input returned" if fn is add_returned else "index_copy, input returned"
+    ][1]
+    mine = make_inputs()[0]
+    for _ in range(3):
+        rest = make_inputs()[1:]
+        assert compiled(mine, *rest) is mine

@@ -94,3 +94,110 @@ def test_results_are_those_of_eager_with_the_pass_on_and_off(fn) -> None:
         if fn is graph_output_clone:
             first, second = compiled(inputs[0].clone())
             assert first.data_ptr() != second.data_ptr()
+
+
+def full_slices(x: torch.Tensor) -> torch.Tensor:
+    return x[:].sin() + x[:, : x.shape[1]].cos()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_full_slices_go_however_their_end_is_written(traced, dynamic) -> None:
+    # Dynamic shapes: x[:] ends at sys.maxsize, x[:, :n] at a symbolic size equal to the dim's.
+    graph = traced(full_slices, torch.randn(4, 6), dynamic=dynamic)
+    assert graph.op_counts()["aten.slice.Tensor"] >= 1
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert graph.op_counts()["aten.slice.Tensor"] == 0
+    assert graph.op_counts()["aten.sin.default"] == 1
+
+
+def partial_slices(x: torch.Tensor) -> torch.Tensor:
+    return x[1:].sin() + x[:-1].cos() + x[::2].sum()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_partial_slices_stay(traced, dynamic) -> None:
+    graph = traced(partial_slices, torch.randn(4, 6), dynamic=dynamic)
+    before = graph.op_counts()
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    assert graph.op_counts() == before
+
+
+def copy_into(factory: str):  # noqa: ANN201
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        fresh = {
+            "zeros_like": lambda: torch.zeros_like(x),
+            "empty_like": lambda: torch.empty_like(x),
+            "full_like": lambda: torch.full_like(x, 7.0),
+            "zeros": lambda: torch.zeros(x.shape),
+        }[factory]()
+        fresh.copy_(x)
+        return fresh.sin()
+
+    return fn
+
+
+FACTORIES = ["zeros_like", "empty_like", "full_like", "zeros"]
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_copy_into_a_fresh_tensor_is_its_source(traced, factory) -> None:
+    graph = traced(copy_into(factory), torch.randn(4, 6))
+    assert graph.op_counts()["aten.copy.default"] == 1
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert {k: v for k, v in graph.op_counts().items() if v} == {"aten.sin.default": 1}
+
+
+def returned_copy_into_fresh(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(x).copy_(x)
+
+
+def copy_into_other_dtype(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(x, dtype=torch.float64).copy_(x).sin()
+
+
+def copy_into_read_fresh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    z = torch.zeros_like(x)
+    before = z.sum()  # the zeros are read: the factory stays
+    return z.copy_(x).sin(), before
+
+
+def test_a_returned_copy_into_a_fresh_tensor_becomes_a_clone(traced) -> None:
+    # A clone, not the input: an output must not alias the input where eager's did not.
+    graph = traced(returned_copy_into_fresh, torch.randn(4, 6))
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    counts = {k: v for k, v in graph.op_counts().items() if v}
+    assert counts == {"aten.clone.default": 1}
+
+
+@pytest.mark.parametrize("fn", [copy_into_other_dtype, copy_into_read_fresh])
+def test_copies_that_convert_or_whose_factory_is_read_stay(traced, fn) -> None:
+    graph = traced(fn, torch.randn(4, 6))
+    before = graph.op_counts()
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    assert graph.op_counts() == before
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        full_slices,
+        partial_slices,
+        *(copy_into(name) for name in FACTORIES),
+        returned_copy_into_fresh,
+        copy_into_other_dtype,
+        copy_into_read_fresh,
+    ],
+)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@torch.no_grad()
+def test_slices_and_copies_give_eager_results(fn, dynamic) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="npugraph_ex", fullgraph=True, dynamic=dynamic)
+    for rows in (4, 5):
+        x = torch.randn(rows, 6)
+        got, expected = compiled(x), fn(x)
+        assert_trees_equal(got, expected)
+        if fn is returned_copy_into_fresh:
+            assert got.data_ptr() != x.data_ptr()

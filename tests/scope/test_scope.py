@@ -103,9 +103,12 @@ def test_the_graph_holds_one_op_at_each_edge_of_a_block() -> None:
         if n.op == "call_function" and "scope" in str(n.target)
     ]
     assert order == [
-        ("npugraph_ex.scope_enter.default", ("limit_core_num", "", [1, 1])),
+        ("npugraph_ex.scope_enter.default", (["_op_aicore_num", "_op_vectorcore_num"], ["1", "1"])),
         ("npugraph_ex.scope_exit.default", ()),
-        ("npugraph_ex.scope_enter.default", ("stream", "branch", [0])),
+        (
+            "npugraph_ex.scope_enter.default",
+            (["_user_stream_label", "_user_stream_priority"], ["branch", "0"]),
+        ),
         ("npugraph_ex.scope_exit.default", ()),
     ]
 
@@ -147,9 +150,9 @@ def test_bad_arguments_are_refused_with_the_fix(make, message: str) -> None:
 
 
 def test_torchair_spells_a_stream_npu_stream_switch() -> None:
-    assert npugraph_ex.scope.npu_stream_switch is stream
     block = npu_stream_switch("s1", 2)
-    assert (block.kind, block.tag, block.values) == ("stream", "s1", [2])
+    assert block.keys == ["_user_stream_label", "_user_stream_priority", "_enable_inner_parallel"]
+    assert block.values == ["s1", "2", "True"]
 
 
 @torch.no_grad()

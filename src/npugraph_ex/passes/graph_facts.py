@@ -11,7 +11,7 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.schemas import inplace_overload
-from npugraph_ex.scope.ops import LIMIT_CORE_NUM, SCOPE_ENTER, SCOPE_EXIT
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, core_cap_of
 
 
 def fake_value(node: Any) -> Any:
@@ -135,8 +135,7 @@ def core_cap_at(node: torch.fx.Node) -> int | None:
             depth += 1
         elif previous.target is SCOPE_ENTER and depth > 0:
             depth -= 1
-        elif previous.target is SCOPE_ENTER and previous.args[0] == LIMIT_CORE_NUM:
-            block_cap = max(previous.args[2])
+        elif previous.target is SCOPE_ENTER and (block_cap := core_cap_of(previous)) is not None:
             cap = block_cap if cap is None else min(cap, block_cap)
         previous = previous.prev
     return cap

@@ -8,6 +8,12 @@ of the cache per write. This pass writes the input directly:
     before: %ic = aten.index_copy(%cache, 2, %pos, %k); %o = f(%ic); aten.copy_(%cache, %ic)
     after:  %ic = aten.index_copy_(%cache, 2, %pos, %k); %o = f(%ic)
 
+The same where the function returns the input it wrote (``x.add_(1); return x``: the graph
+returns the ``copy_``); the input is returned instead:
+
+    before: %a = aten.add(%x, 1); %c = aten.copy_(%x, %a); return (%c,)
+    after:  %a = aten.add_(%x, 1); return (%x,)
+
 Scatters without an in-place form become a view of the input and a ``copy_`` into it:
 
     before: %s = aten.slice_scatter(%buf, %src, 1, 0, 4); aten.copy_(%buf, %s)
@@ -52,8 +58,11 @@ SCATTERS_INTO_VIEW = {
 
 
 def write_back_of(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
-    """For ``copy_(input, op(input, ...))`` with an unused result: (input, op node)."""
-    if node.target is not aten.copy_.default or node.users or len(node.args) != 2:
+    """For ``copy_(input, op(input, ...))`` whose result is unused or only returned (a function
+    that writes an input and returns it): (input, op node)."""
+    if node.target is not aten.copy_.default or len(node.args) != 2:
+        return None
+    if any(user.op != "output" for user in node.users):
         return None
     target, source = node.args
     if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
@@ -113,6 +122,8 @@ def reinplace_inputs(
         graph_input, op = found
         if not can_write_in_place(graph_input, op, node, node_order(graph)):
             continue
+        # A returned write-back returns the input, which the in-place op writes.
+        node.replace_all_uses_with(graph_input)
         graph.erase_node(node)
         rewrite_in_place(graph, graph_input, op)
     reinplace_custom_ops(graph)

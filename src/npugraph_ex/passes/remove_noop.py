@@ -11,7 +11,15 @@ Two kinds, both only where the result has its input's sizes, strides and dtype:
   side (so the sharing cannot be observed) and the copy is not a graph output (so no new aliasing
   between an input and an output, or between two outputs, appears);
 - *views* of the whole tensor (same-shape ``view``/``reshape``/``_unsafe_view``/``expand``,
-  full ``slice``, ``alias``): they alias their input already; kept where they are graph outputs.
+  full ``slice`` however its end is written, ``alias``): they alias their input already; kept
+  where they are graph outputs.
+
+A copy into a fresh tensor (``torch.zeros_like(x).copy_(x)``, also ``empty_like``, ``full_like``
+and the other factories) is a clone of its source: it becomes one first, the factory goes, and
+the clone is then removed as above where it can be:
+
+    before: %z = aten.zeros_like(%x); %c = aten.copy(%z, %x); %y = f(%c)
+    after:  %y = f(%x)
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.config import Config
 from npugraph_ex.passes.graph_facts import aliases_of, fake_value, is_view, same_layout
@@ -58,13 +67,11 @@ def same_dtype_copy(node: torch.fx.Node) -> bool:
 
 
 def full_slice(node: torch.fx.Node) -> bool:
-    value = fake_value(node.args[0])
-    dim = arg(node, 1, "dim", 0)
-    start, end, step = arg(node, 2, "start"), arg(node, 3, "end"), arg(node, 4, "step", 1)
-    size = value.shape[dim] if isinstance(value, torch.Tensor) else None
-    if not isinstance(size, int) or not all(isinstance(v, (int, type(None))) for v in (start, end)):
-        return False
-    return step == 1 and start in (None, 0) and (end is None or end >= size)
+    """A slice from 0 with step 1 (its result has its input's shape: ``removable`` checks it), so
+    it ends at or past the end, however the end is written: a number, ``sys.maxsize`` (Dynamo's
+    ``x[:]`` with dynamic shapes) or a symbolic size equal to the dim's."""
+    start, step = fake_value(arg(node, 2, "start")), fake_value(arg(node, 4, "step", 1))
+    return (start is None or statically_known_true(start == 0)) and statically_known_true(step == 1)
 
 
 def one_input_cat(node: torch.fx.Node) -> bool:
@@ -100,6 +107,55 @@ VIEWS: dict[Any, Callable[[torch.fx.Node], bool]] = {
     aten.alias.default: always,
     aten.slice.Tensor: full_slice,
 }
+
+
+FRESH_FACTORIES = {
+    aten.zeros_like.default,
+    aten.empty_like.default,
+    aten.full_like.default,
+    aten.ones_like.default,
+    aten.zeros.default,
+    aten.empty.memory_format,
+    aten.full.default,
+    aten.ones.default,
+    aten.new_zeros.default,
+    aten.new_empty.default,
+    aten.new_full.default,
+    aten.new_ones.default,
+}
+"""Ops that make a new tensor whose values a ``copy`` into all of it makes irrelevant."""
+
+
+def copy_into_fresh(node: torch.fx.Node) -> torch.fx.Node | None:
+    """For ``copy(factory(...), src)`` (``torch.zeros_like(x).copy_(x)``, functionalised) whose
+    factory is used by the copy alone and whose result has ``src``'s layout: ``src``. The copy
+    writes every element (it broadcasts ``src``), so it is ``clone(src)``."""
+    if node.target is not aten.copy.default or len(node.args) < 2:
+        return None
+    fresh, source = node.args[0], node.args[1]
+    if not isinstance(fresh, torch.fx.Node) or not isinstance(source, torch.fx.Node):
+        return None
+    if fresh.target not in FRESH_FACTORIES or len(fresh.users) != 1:
+        return None
+    if not same_layout(fake_value(node), fake_value(source)):
+        return None
+    return source
+
+
+def clone_copies_into_fresh(graph: torch.fx.Graph) -> None:
+    """Rewrite ``copy(factory(...), src)`` as ``clone(src)``, dropping the factory; the clone is
+    then removed like any other where nothing can observe it."""
+    for node in list(graph.nodes):
+        source = copy_into_fresh(node)
+        if source is None:
+            continue
+        fresh = node.args[0]
+        with graph.inserting_before(node):
+            clone = graph.call_function(aten.clone.default, (source,))
+        clone.meta = dict(node.meta)
+        node.replace_all_uses_with(clone)
+        graph.erase_node(node)
+        graph.erase_node(fresh)
 
 
 def source_of(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -151,6 +207,7 @@ def remove_noop_ops(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
 ) -> None:
     graph = gm.graph
+    clone_copies_into_fresh(graph)
     for node in list(graph.nodes):
         source = removable(node)
         if source is not None:

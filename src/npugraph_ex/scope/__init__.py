@@ -1,13 +1,18 @@
 """Scopes inside a compiled function: ``with npugraph_ex.scope.limit_core_num(1, 1): ...``.
 
 A scope is a pair of graph ops around the ops it holds; passes never fuse or move ops across it.
+TorchAir's spellings (``npu_stream_switch``, ``npu_wait_tensor``, ``super_kernel``, and the ops
+``torch.ops.npugraph_ex.scope_enter(keys, values)`` / ``scope_exit()``) work as they are.
 """
 
 from __future__ import annotations
 
-from npugraph_ex.scope.context import limit_core_num, stream
+from npugraph_ex.scope.context import (
+    limit_core_num,
+    npu_stream_switch,
+    npu_wait_tensor,
+    stream,
+    super_kernel,
+)
 
-npu_stream_switch = stream
-"""TorchAir's spelling of :func:`stream`."""
-
-__all__ = ["limit_core_num", "npu_stream_switch", "stream"]
+__all__ = ["limit_core_num", "npu_stream_switch", "npu_wait_tensor", "stream", "super_kernel"]

@@ -1,27 +1,40 @@
 """The context managers that open a scope inside a compiled (or eager) function.
 
-Each ``with`` block becomes a ``scope_enter`` ... ``scope_exit`` pair of graph ops (see ``ops``):
-Dynamo traces the context manager like any Python code, so no graph break is needed.
+Each ``with`` block becomes a ``scope_enter(keys, values)`` ... ``scope_exit()`` pair of graph
+ops (see ``ops``), with TorchAir's keys: Dynamo traces the context manager like any Python code,
+so no graph break is needed.
+
+    with stream("side", 1):   ->  scope_enter(["_user_stream_label", "_user_stream_priority"],
+                                               ["side", "1"])
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from npugraph_ex.errors import ScopeError
-from npugraph_ex.scope.ops import LIMIT_CORE_NUM, SCOPE_ENTER, SCOPE_EXIT, STREAM
+from npugraph_ex.scope.ops import (
+    AICORE_NUM,
+    INNER_PARALLEL,
+    SCOPE_ENTER,
+    SCOPE_EXIT,
+    STREAM_LABEL,
+    STREAM_PRIORITY,
+    VECTORCORE_NUM,
+)
 
 
 class Scope:
-    """A ``with`` block whose ops run under one setting."""
+    """A ``with`` block whose ops run under one setting (TorchAir's keys and str values)."""
 
-    def __init__(self, kind: str, tag: str, values: list[int]) -> None:
-        self.kind = kind
-        self.tag = tag
+    def __init__(self, keys: list[str], values: list[str]) -> None:
+        self.keys = keys
         self.values = values
 
     def __enter__(self) -> None:
-        SCOPE_ENTER(self.kind, self.tag, self.values)
+        SCOPE_ENTER(self.keys, self.values)
 
     def __exit__(self, *exc_info: Any) -> None:
         SCOPE_EXIT()
@@ -32,16 +45,36 @@ def is_int(value: Any) -> bool:
 
 
 def stream(tag: str, priority: int = 0) -> Scope:
-    """Ops inside run as the branch named ``tag`` (TorchAir's ``npu_stream_switch``).
+    """Ops inside run as the branch named ``tag``.
 
     Passes never move or fuse ops across the scope's edges. Every device runs the branch in
     program order on the current stream: parallel branches on side streams are not built.
     """
+    check_stream(tag, priority)
+    return Scope([STREAM_LABEL, STREAM_PRIORITY], [tag, str(priority)])
+
+
+def npu_stream_switch(
+    stream_tag: str, stream_priority: int = 0, enable_inner_parallel: bool = True
+) -> Scope:
+    """TorchAir's spelling of :func:`stream`; ``enable_inner_parallel`` is recorded in the
+    block and changes nothing here (the branch runs in program order)."""
+    check_stream(stream_tag, stream_priority)
+    if not isinstance(enable_inner_parallel, bool):
+        raise ScopeError(
+            f"npu_stream_switch enable_inner_parallel must be a bool, got {enable_inner_parallel!r}"
+        )
+    return Scope(
+        [STREAM_LABEL, STREAM_PRIORITY, INNER_PARALLEL],
+        [stream_tag, str(stream_priority), str(enable_inner_parallel)],
+    )
+
+
+def check_stream(tag: Any, priority: Any) -> None:
     if not isinstance(tag, str) or not tag:
         raise ScopeError(f"stream tag must be a non-empty str, got {tag!r}: name the branch")
     if not is_int(priority):
         raise ScopeError(f"stream priority must be an int, got {priority!r} (tag={tag!r})")
-    return Scope(STREAM, tag, [priority])
 
 
 def limit_core_num(op_aicore_num: int, op_vectorcore_num: int) -> Scope:
@@ -55,4 +88,27 @@ def limit_core_num(op_aicore_num: int, op_vectorcore_num: int) -> Scope:
         raise ScopeError(
             f"limit_core_num takes two ints >= 1 (op_aicore_num, op_vectorcore_num), got {values!r}"
         )
-    return Scope(LIMIT_CORE_NUM, "", list(values))
+    return Scope([AICORE_NUM, VECTORCORE_NUM], [str(v) for v in values])
+
+
+def super_kernel(scope: str | None, options: str = "") -> Scope:
+    """TorchAir's super-kernel block: Ascend fuses the ops inside into one kernel. Accepted and
+    kept in the graph as a block (passes do not fuse across its edges); it does nothing else on
+    other devices, and a one-time warning says so when it first runs."""
+    if scope is not None and not isinstance(scope, str):
+        raise ScopeError(f"super_kernel scope must be a str or None, got {scope!r}")
+    if not isinstance(options, str):
+        raise ScopeError(f"super_kernel options must be a str, got {options!r}")
+    return Scope(["_super_kernel_scope", "_super_kernel_options"], [scope or "", options])
+
+
+def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
+    """TorchAir's explicit dependency: ops that use the result run after ``dependency`` is
+    computed. Returns ``self``, as TorchAir's does. Every block here runs in program order on
+    one stream, so the dependency already holds and no op is added."""
+    if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
+        raise ScopeError(
+            "npu_wait_tensor takes two tensors (self, dependency), got "
+            f"{type(self).__name__} and {type(dependency).__name__}"
+        )
+    return self

@@ -1,17 +1,27 @@
-"""The graph ops that mark where a scope starts and ends.
+"""The graph ops that mark where a scope starts and ends, with TorchAir's schema.
 
     with npugraph_ex.scope.limit_core_num(1, 1):   %scope_enter = npugraph_ex.scope_enter(
-        y = x.sin()                                     "limit_core_num", "", [1, 1])
+        y = x.sin()                                     ["_op_aicore_num", "_op_vectorcore_num"],
+                                                        ["1", "1"])
                                                    %sin = aten.sin(%x)
                                                    %scope_exit = npugraph_ex.scope_exit()
 
-They take and return no tensors, so every tracer would drop them as dead code: they are
+``scope_enter(str[] keys, str[] values, bool need_execute=False)`` and ``scope_exit(bool
+need_execute=False)`` are TorchAir's ops, so its scripts and the passes it documents (which
+insert these nodes themselves) run unchanged. The keys say what a block does:
+
+- ``_user_stream_label`` (with ``_user_stream_priority``, ``_enable_inner_parallel``): a stream
+  block; its ops keep program order on the current stream;
+- ``_op_aicore_num`` / ``_op_vectorcore_num``: a ``limit_core_num`` block, which caps the intra-op
+  thread count until its exit (at the larger of the two numbers given);
+- any other key (``_super_kernel_scope``, ``_op_exec_never_timeout``, ...): an Ascend attribute
+  block, which does nothing here (a one-time notice says so when it first runs).
+
+The ops take and return no tensors, so every tracer would drop them as dead code: they are
 registered as side-effectful, which keeps them, in program order, in Dynamo's, AOTAutograd's and
 the passes' graphs. Running one applies the scope on the host, whoever runs it (eager code, a
-graph run as is, the CPU replay engine, which calls their effect in their place):
-
-- ``limit_core_num`` caps the intra-op thread count until its exit;
-- a stream scope keeps its ops in program order on the current stream.
+graph run as is, the CPU replay engine, which calls their effect in their place).
+``need_execute`` is accepted and ignored: a real run always applies the block.
 
 Importing the package defines them (under ``torch.ops.npugraph_ex``), as it registers the
 backend: the ops must exist before Dynamo traces a function that enters a scope.
@@ -19,16 +29,75 @@ backend: the ops must exist before Dynamo traces a function that enters a scope.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 
 import torch
 from torch._ops import OpOverload
 
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.errors import ScopeError
+
+log = logging.getLogger(__name__)
+
 NAMESPACE = "npugraph_ex"
 
 LIMIT_CORE_NUM = "limit_core_num"
 STREAM = "stream"
+ATTRIBUTES = "attributes"
+"""The kind of a block whose keys only set Ascend operator attributes."""
+
+STREAM_LABEL = "_user_stream_label"
+STREAM_PRIORITY = "_user_stream_priority"
+INNER_PARALLEL = "_enable_inner_parallel"
+AICORE_NUM = "_op_aicore_num"
+VECTORCORE_NUM = "_op_vectorcore_num"
+CORE_KEYS = (AICORE_NUM, VECTORCORE_NUM)
+
+
+def scope_kinds(keys: Sequence[str]) -> list[str]:
+    """What a block with these keys does: ``stream``, ``limit_core_num``, both, or
+    ``attributes`` (Ascend operator attributes only)."""
+    kinds = [STREAM] if STREAM_LABEL in keys else []
+    if any(key in CORE_KEYS for key in keys):
+        kinds.append(LIMIT_CORE_NUM)
+    return kinds or [ATTRIBUTES]
+
+
+def core_numbers(keys: Sequence[str], values: Sequence[str]) -> list[int]:
+    """The core numbers a block's keys give (none outside a ``limit_core_num`` block)."""
+    numbers = []
+    for key, value in zip(keys, values, strict=True):
+        if key not in CORE_KEYS:
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            raise ScopeError(f"scope_enter: {key} must be an int >= 1 (as a str), got {value!r}")
+        numbers.append(number)
+    return numbers
+
+
+def core_cap(keys: Sequence[str], values: Sequence[str]) -> int | None:
+    """The intra-op threads a block allows on a CPU: the larger of its core numbers (a CPU has
+    one kind of core), or None for a block that does not limit cores."""
+    numbers = core_numbers(keys, values)
+    return max(numbers) if numbers else None
+
+
+def check_block(keys: Sequence[str], values: Sequence[str]) -> None:
+    """Reject what no run could apply: keys and values of different lengths, non-str entries,
+    core numbers that are not positive ints."""
+    if len(keys) != len(values):
+        raise ScopeError(
+            f"scope_enter takes one value per key, got {len(keys)} keys and {len(values)} "
+            f"values: keys={list(keys)!r}, values={list(values)!r}"
+        )
+    core_numbers(keys, values)
+
 
 active = threading.local()
 """Per thread, ``active.exits``: how to undo each scope entered and not yet exited."""
@@ -51,12 +120,21 @@ def limit_threads(values: Sequence[int]) -> Callable[[], None]:
     return lambda: torch.set_num_threads(previous)
 
 
-def apply_scope(kind: str, tag: str, values: Sequence[int]) -> None:
-    undo = limit_threads(values) if kind == LIMIT_CORE_NUM else (lambda: None)
+def apply_scope(keys: Sequence[str], values: Sequence[str], need_execute: bool = False) -> None:
+    cap = core_cap(keys, values)
+    if ATTRIBUTES in scope_kinds(keys) or any(key.startswith("_super_kernel") for key in keys):
+        log_once(
+            log,
+            logging.WARNING,
+            ("ascend scope attributes", tuple(keys)),
+            "scope attributes %s are Ascend-only and do nothing on this device",
+            ", ".join(keys),
+        )
+    undo = limit_threads([cap]) if cap is not None else (lambda: None)
     open_exits().append(undo)
 
 
-def undo_scope() -> None:
+def undo_scope(need_execute: bool = False) -> None:
     exits = open_exits()
     # An exit without its enter (a graph that starts inside a scope, after a graph break)
     # has nothing to undo.
@@ -68,33 +146,39 @@ def undo_scope() -> None:
 # scope, and Dynamo checks that tracing leaves the thread count as it found it. Compilers must
 # never trace into them: the check of ``is_compiling`` would become a constant.
 @torch.compiler.disable
-def enter_scope(kind: str, tag: str, values: Sequence[int]) -> None:
+def enter_scope(keys: Sequence[str], values: Sequence[str], need_execute: bool = False) -> None:
+    check_block(keys, values)
     if not torch.compiler.is_compiling():
-        apply_scope(kind, tag, values)
+        apply_scope(keys, values)
 
 
 @torch.compiler.disable
-def exit_scope() -> None:
+def exit_scope(need_execute: bool = False) -> None:
     if not torch.compiler.is_compiling():
         undo_scope()
 
 
-def trace_nothing(*args: object) -> None:
-    """The ops' fake kernel: a traced scope op applies nothing (only a real run does)."""
+def trace_enter(keys: Sequence[str], values: Sequence[str], need_execute: bool = False) -> None:
+    """``scope_enter``'s fake kernel: checks the block, applies nothing (only a real run does)."""
+    check_block(keys, values)
+
+
+def trace_nothing(*args: object, **kwargs: object) -> None:
+    """``scope_exit``'s fake kernel: a traced scope op applies nothing."""
 
 
 def define_scope_ops() -> tuple[OpOverload, OpOverload]:
     """Define ``scope_enter`` and ``scope_exit`` and register them as side-effectful."""
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
-    library.define("scope_enter(str kind, str tag, int[] values) -> ()")
-    library.define("scope_exit() -> ()")
+    library.define("scope_enter(str[] keys, str[] values, bool need_execute=False) -> ()")
+    library.define("scope_exit(bool need_execute=False) -> ()")
     library.impl("scope_enter", enter_scope, "CompositeExplicitAutograd")
     library.impl("scope_exit", exit_scope, "CompositeExplicitAutograd")
     # Tracing with fake tensors (Dynamo, AOTAutograd) runs these instead, on every release:
     # some releases do not flag the fake runs as compiling, and a real run there would leave the
     # thread count changed when a graph break stops the trace inside a block.
-    for name in ("scope_enter", "scope_exit"):
-        torch.library.register_fake(f"{NAMESPACE}::{name}", trace_nothing, lib=library)
+    torch.library.register_fake(f"{NAMESPACE}::scope_enter", trace_enter, lib=library)
+    torch.library.register_fake(f"{NAMESPACE}::scope_exit", trace_nothing, lib=library)
     # The library must stay alive: its definitions go when it is collected.
     LIBRARIES.append(library)
     ops = (torch.ops.npugraph_ex.scope_enter.default, torch.ops.npugraph_ex.scope_exit.default)
@@ -107,9 +191,27 @@ LIBRARIES: list[torch.library.Library] = []
 SCOPE_ENTER, SCOPE_EXIT = define_scope_ops()
 
 
+def block_of(node: torch.fx.Node) -> tuple[list[str], list[str]]:
+    """The keys and values of a ``scope_enter`` node, however it was called."""
+    keys = node.args[0] if node.args else node.kwargs["keys"]
+    values = node.args[1] if len(node.args) > 1 else node.kwargs["values"]
+    return list(keys), list(values)
+
+
+def core_cap_of(node: torch.fx.Node) -> int | None:
+    """``core_cap`` of a ``scope_enter`` node (None for other nodes)."""
+    if node.target is not SCOPE_ENTER:
+        return None
+    return core_cap(*block_of(node))
+
+
 def scopes_in(graph: torch.fx.Graph) -> list[str]:
     """The kinds of the scopes ``graph`` enters, in order of first appearance."""
-    kinds = [node.args[0] for node in graph.find_nodes(op="call_function", target=SCOPE_ENTER)]
+    kinds = [
+        kind
+        for node in graph.find_nodes(op="call_function", target=SCOPE_ENTER)
+        for kind in scope_kinds(block_of(node)[0])
+    ]
     return list(dict.fromkeys(kinds))
 
 

@@ -6,12 +6,14 @@ was traced with never stand in for other sizes. Patterns are traced as the backe
 (``make_fx`` without decompositions: the ATen ops AOTAutograd's inference graphs hold).
 
 Built-in patterns are registered on first use, one module per pattern in this package, each
-stating its numeric tolerance against eager.
+stating its numeric tolerance against eager and checking what it binds before it replaces it
+(``checks``: a tensor or a number, dtype, device, broadcast shape).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -106,8 +108,11 @@ def register_replacement(
     them as arguments instead of constants; ``skip_duplicates=True`` makes registering the same
     pattern twice a no-op instead of an error. Returns whether the pattern was added.
 
-    A match never spans the edge of a scope (``npugraph_ex.scope``), whatever ``extra_check``
-    says.
+    ``search_fn`` and ``replace_fn`` take the same arguments, one per example input: a
+    mismatch raises ``TypeError`` here, naming both functions.
+
+    A match never spans the edge of a scope (``npugraph_ex.scope``) or an in-place op, whatever
+    ``extra_check`` says.
     """
     return add_replacement(
         registry(),
@@ -133,6 +138,8 @@ def add_replacement(
     """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge."""
     from torch._inductor import pattern_matcher
 
+    check_arities(search_fn, replace_fn, example_inputs)
+
     def check(match: Any) -> bool:
         return within_one_scope(match.nodes) and (extra_check is None or extra_check(match))
 
@@ -140,6 +147,42 @@ def add_replacement(
         search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, check, **options
     )
     return bool(added)
+
+
+def arity(fn: Callable[..., Any]) -> int | None:
+    """How many positional arguments ``fn`` takes (None: any number, ``*args``)."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in positional)
+
+
+def arguments(count: int) -> str:
+    return f"{count} argument" if count == 1 else f"{count} arguments"
+
+
+def check_arities(
+    search_fn: Callable[..., Any], replace_fn: Callable[..., Any], example_inputs: Sequence[Any]
+) -> None:
+    """Both functions take one argument per example input: the matcher binds the graph's values
+    to the search function's arguments and passes them, by position, to the replacement."""
+    search_arity, replace_arity = arity(search_fn), arity(replace_fn)
+    search_name = getattr(search_fn, "__qualname__", repr(search_fn))
+    replace_name = getattr(replace_fn, "__qualname__", repr(replace_fn))
+    if search_arity is not None and replace_arity is not None and search_arity != replace_arity:
+        raise TypeError(
+            f"register_replacement: search function {search_name}() takes "
+            f"{arguments(search_arity)} but replacement function {replace_name}() takes "
+            f"{arguments(replace_arity)}; both "
+            "must take the same arguments, in the same order, one per example input"
+        )
+    if search_arity is not None and search_arity != len(example_inputs):
+        raise TypeError(
+            f"register_replacement: search function {search_name}() takes "
+            f"{arguments(search_arity)} but {len(example_inputs)} example inputs were given; "
+            "give one example input per argument"
+        )
 
 
 @functools.cache

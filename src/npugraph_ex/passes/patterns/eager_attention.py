@@ -11,6 +11,9 @@ without the scale (``scale=1``): models that scale the query first (OPT) or not 
 a ``* 1.0`` that ``remove_noop_ops`` has already dropped. Two additive terms (T5's position bias,
 then the padding mask transformers adds under torch 2.11 and skips under 2.13) become one mask,
 their sum.
+Applied where the kernel computes what the ops did (``fusable``): to float32 graphs; not to
+half-precision ones whose softmax runs in half precision, numbers or bool tensors added as a
+mask, masks of another dtype, or products that broadcast the batch.
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
 float32 values, measured against eager in the tests); dropout must be off (``training=False``),
 which is how the graph reaches this pass in inference.
@@ -18,10 +21,26 @@ which is how the graph reaches this pass in inference.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from npugraph_ex.passes.patterns.checks import (
+    bound,
+    bound_tensors,
+    broadcasts_to,
+    one_kind,
+    same_shape,
+)
 from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
+
+DTYPES = (torch.float32,)
+"""The patterns are traced in float32, where the softmax's float32 cast is not in the graph: in a
+half-precision graph they would match a softmax computed in half precision, which the fused kernel
+computes in float32. Those are left as they are (float64 graphs never match: the re-trace of a
+pattern with their values holds the casts)."""
 
 
 def weights(q, k, scale=None, mask=None, bias=None):  # noqa: ANN001, ANN201
@@ -97,6 +116,43 @@ def fused_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
     )
 
 
+def fusable(match: Any) -> bool:
+    """What ``scaled_dot_product_attention`` computes is what the written-out ops did.
+
+    Query, key and value are 4-d float32 tensors (``DTYPES``) on one device, of one
+    batch size (the products would broadcast it, the kernel does not), key and value of one
+    length and head count, the query heads a multiple of the key heads; each additive term
+    (``mask``, ``bias``) is a tensor of the query's dtype and device (the add would promote to a
+    float64 mask's dtype, or add a bool one as 0 and 1, where the kernel reads a bool mask as
+    "keep") that broadcasts to the scores' shape without growing it.
+    """
+    tensors = bound_tensors(match, "q", "k", "v")
+    if tensors is None:
+        return False
+    q, k, v = tensors
+    if not (one_kind([q, k, v], DTYPES) and q.dim() == k.dim() == v.dim() == 4):
+        return False
+    if not (
+        same_shape(q.shape[:1], k.shape[:1])
+        and same_shape(k.shape[:3], v.shape[:3])
+        and same_shape(q.shape[3:], k.shape[3:])
+        and statically_known_true(q.shape[1] % k.shape[1] == 0)
+    ):
+        return False
+    scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    for name in ("mask", "bias"):
+        if name not in match.kwargs:
+            continue
+        term = bound(match, name)
+        if not (
+            isinstance(term, torch.Tensor)
+            and one_kind([q, term])
+            and broadcasts_to(term.shape, scores)
+        ):
+            return False
+    return True
+
+
 def register() -> None:
     from npugraph_ex.passes.patterns import register_replacement
 
@@ -109,7 +165,7 @@ def register() -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_scaled_attention(search, replace, inputs)
+        register_scaled_attention(search, replace, inputs, check=fusable)
     for search, replace, kv in (
         (grouped_masked_unscaled, fused_masked_unscaled, grouped_k),
         (grouped_unscaled, fused_unscaled, grouped_k),
@@ -117,8 +173,13 @@ def register() -> None:
         (plain_unscaled, fused_unscaled, k),
     ):
         masked = replace is fused_masked_unscaled
-        register_replacement(search, replace, [q, kv, kv.clone(), *([mask] if masked else [])])
+        register_replacement(
+            search, replace, [q, kv, kv.clone(), *([mask] if masked else [])], extra_check=fusable
+        )
     bias = torch.randn(1, 4, 3, 5)
     register_replacement(
-        plain_biased_masked_unscaled, fused_biased_masked_unscaled, [q, k, k.clone(), bias, mask]
+        plain_biased_masked_unscaled,
+        fused_biased_masked_unscaled,
+        [q, k, k.clone(), bias, mask],
+        extra_check=fusable,
     )

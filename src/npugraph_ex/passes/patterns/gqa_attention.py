@@ -8,8 +8,10 @@ attention kernels read shared heads directly (``enable_gqa=True``):
             %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k4, %v4, attn_mask=%m, scale=s)
     after:  %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k, %v, attn_mask=%m, scale=s)
 
-Two copies of the KV cache per layer and step disappear. Tolerance: bit-identical on CPU (the same
-kernel reads the same values in the same order).
+Two copies of the KV cache per layer and step disappear. Applied where the kernel can read the
+heads in place: query, key and value of one dtype and device, key and value of one shape, the
+query heads a multiple of the key heads, and a scale that is a number. Tolerance: bit-identical
+on CPU (the same kernel reads the same values in the same order).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
 
 SCALE = 0.125
 
@@ -55,19 +60,37 @@ def scale_is_a_number(match: Any) -> bool:
     multiply by a 0-d tensor instead, which they cannot take. (Absent: a number the re-check
     matched as a literal, as ``rms_norm.fusable`` explains.)"""
     scale = match.kwargs.get("scale")
-    return scale is None or isinstance(scale, (int, float))
+    return scale is None or is_number(scale)
 
 
-def register_scaled_attention(search: Any, replace: Any, inputs: list[torch.Tensor]) -> None:
+def grouped_heads(match: Any) -> bool:
+    """Query, key and value are tensors of one floating dtype and device, key and value of one
+    shape, and the query heads a multiple of the key heads (what ``enable_gqa`` requires)."""
+    tensors = bound_tensors(match, "q", "k", "v")
+    if tensors is None:
+        return False
+    q, k, v = tensors
+    return (
+        one_kind([q, k, v])
+        and q.dim() == k.dim() == v.dim() == 4
+        and same_shape(k.shape, v.shape)
+        and statically_known_true(q.shape[1] % k.shape[1] == 0)
+    )
+
+
+def register_scaled_attention(
+    search: Any, replace: Any, inputs: list[torch.Tensor], check: Any = grouped_heads
+) -> None:
     """Register an attention pattern whose last argument is the scale: taken from the matched
-    graph as a number (``SCALE`` only stands for it while tracing), refused where it is not one."""
+    graph as a number (``SCALE`` only stands for it while tracing), refused where it is not one,
+    or where ``check`` refuses the match."""
     from npugraph_ex.passes.patterns import register_replacement
 
     register_replacement(
         search,
         replace,
         [*inputs, SCALE],
-        extra_check=scale_is_a_number,
+        extra_check=lambda match: scale_is_a_number(match) and check(match),
         scalar_workaround={"scale": SCALE},
     )
 

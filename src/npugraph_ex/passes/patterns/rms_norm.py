@@ -5,7 +5,10 @@
     after:  %y = _fused_rms_norm(%x, [%x.shape[-1]], %w, eps)[0]
 
 Six to eight kernels become one, and no float32 copy of the activations is made. Matched with the
-weight on either side of the last product, for float32, bfloat16 and float16 inputs.
+weight on either side of the last product, for float32, bfloat16 and float16 inputs. Refused
+where the kernel would compute something else: a weight that is a number, of another dtype or
+device, or that broadcasts over more than the last dim; an eps that is not a number; a
+half-precision norm written without the float32 casts.
 
 Applied only where the installed PyTorch has a fused kernel for the graph's device (CUDA has one):
 on CPU, ``_fused_rms_norm`` is the same six kernels behind one name, so the graph is left as is.
@@ -17,9 +20,12 @@ once where the written-out form rounds the normalised value and then the product
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
+
+from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
 
 FUSED = "aten::_fused_rms_norm"
 EPS = 1e-6
@@ -51,18 +57,24 @@ def has_fused_kernel(device: torch.device) -> bool:
     return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(FUSED, key)
 
 
-def fusable(match: Any) -> bool:
+def fusable(match: Any, traced: torch.dtype = torch.float32) -> bool:
     """A fused kernel exists for the input's device, and it computes what the graph does: a
-    weight of the normalised size and the input's dtype, and a number for eps."""
-    x, w = (match.kwargs[name].meta["val"] for name in ("x", "w"))
+    tensor weight of the normalised size and the input's dtype and device, a number for eps,
+    and the input of the dtype the pattern was traced with (``traced``): a float32 pattern has
+    no casts, so it would also match a float16 norm computed in float16, which the kernel
+    computes in float32 (a float64 norm never matches: the re-trace holds the casts)."""
+    tensors = bound_tensors(match, "x", "w")
+    if tensors is None:
+        return False
+    x, w = tensors
     # Absent: the graph holds eps as a number other than the traced example, which some releases'
     # re-check (torch 2.11) matches as a literal instead of naming it.
     eps = match.kwargs.get("eps", EPS)
     return (
-        isinstance(eps, (int, float))
+        is_number(eps)
+        and one_kind([x, w], (traced,))
         and w.dim() == 1
-        and w.shape[0] == x.shape[-1]
-        and w.dtype == x.dtype
+        and same_shape(w.shape, x.shape[-1:])
         and has_fused_kernel(x.device)
     )
 
@@ -77,6 +89,6 @@ def register() -> None:
                 search,
                 fused,
                 [x, w, EPS],
-                extra_check=fusable,
+                extra_check=functools.partial(fusable, traced=dtype),
                 scalar_workaround={"eps": EPS},
             )

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.graph_facts import core_cap_at
+from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_kind
 
 MIN_WEIGHT_ELEMENTS = 32 * 1024
 """Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
@@ -97,20 +98,21 @@ def row_major(product: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.
 
 
 def splittable(match: Any) -> bool:
-    """A float32 CPU product of at most ``MAX_ROWS`` rows (a constant, not a symbolic size) by a
-    contiguous weight of at least ``MIN_WEIGHT_ELEMENTS`` whose rows split into at least two
-    blocks, outside any ``limit_core_num`` block that allows fewer cores than there are threads
-    (the blocks would outnumber the threads it runs on)."""
+    """A float32 CPU product (both operands tensors on one device) of at most ``MAX_ROWS`` rows
+    (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
+    whose rows split into at least two blocks, outside any ``limit_core_num`` block that allows
+    fewer cores than there are threads (the blocks would outnumber the threads it runs on)."""
     cap = core_cap_at(match.nodes[0])
     if cap is not None and cap < torch.get_num_threads():
         return False
-    x, w = (match.kwargs[name].meta.get("val") for name in ("x", "w"))
-    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
+    tensors = bound_tensors(match, "x", "w")
+    if tensors is None:
         return False
+    x, w = tensors
     rows = w.shape[0]
     return (
         x.device.type == "cpu"
-        and x.dtype == w.dtype == torch.float32
+        and one_kind([x, w], (torch.float32,))
         and isinstance(x.shape[0], int)
         and 1 <= x.shape[0] <= MAX_ROWS
         and isinstance(rows, int)
@@ -122,13 +124,13 @@ def splittable(match: Any) -> bool:
 
 
 def splittable_with_bias(match: Any) -> bool:
-    """``splittable``, with a bias of one float32 value per weight row."""
+    """``splittable``, with a bias of one float32 value per weight row, on the weight's device."""
     if not splittable(match):
         return False
-    b, w = (match.kwargs[name].meta.get("val") for name in ("b", "w"))
+    b, w = bound(match, "b"), bound(match, "w")
     return (
         isinstance(b, torch.Tensor)
-        and b.dtype == torch.float32
+        and one_kind([w, b], (torch.float32,))
         and b.dim() == 1
         and isinstance(b.shape[0], int)  # comparing a symbolic size would add a guard
         and b.shape[0] == w.shape[0]
