@@ -71,3 +71,19 @@ def assert_trees_equal(actual: Any, expected: Any) -> None:
     leaves = torch.utils._pytree.tree_leaves
     for a, b in zip(leaves(actual), leaves(expected), strict=True):
         assert torch.equal(a, b)
+
+
+THREADS_SEEN: list[int] = []
+"""The intra-op thread count at each real run of ``threads_seen`` (scope tests clear it)."""
+
+
+@torch.library.custom_op("npugraph_ex_test::threads_seen", mutates_args=())
+def threads_seen(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` that records the thread count it ran with: what a scope's kernels see."""
+    THREADS_SEEN.append(torch.get_num_threads())
+    return x.clone()
+
+
+@threads_seen.register_fake
+def threads_seen_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)

@@ -13,22 +13,17 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import GraphRecorder, graphs_called, intra_op_threads, kernels_per_replay, totals
+from helpers import (
+    THREADS_SEEN,
+    GraphRecorder,
+    graphs_called,
+    intra_op_threads,
+    kernels_per_replay,
+    threads_seen,
+    totals,
+)
 from npugraph_ex.errors import ScopeError
 from npugraph_ex.scope import limit_core_num, npu_stream_switch, stream
-
-THREADS_SEEN: list[int] = []
-
-
-@torch.library.custom_op("npugraph_ex_test::threads_seen", mutates_args=())
-def threads_seen(x: torch.Tensor) -> torch.Tensor:
-    THREADS_SEEN.append(torch.get_num_threads())
-    return x.clone()
-
-
-@threads_seen.register_fake
-def threads_seen_fake(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
 
 
 def limited_middle(x: torch.Tensor) -> torch.Tensor:

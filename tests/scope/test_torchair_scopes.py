@@ -9,25 +9,12 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import GraphRecorder, intra_op_threads, totals
+from helpers import THREADS_SEEN, GraphRecorder, intra_op_threads, threads_seen, totals
 from npugraph_ex.errors import ScopeError
 from npugraph_ex.scope import npu_stream_switch, npu_wait_tensor, super_kernel
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, scopes_in
 
 ENTER, EXIT = torch.ops.npugraph_ex.scope_enter, torch.ops.npugraph_ex.scope_exit
-THREADS_SEEN: list[int] = []
-
-
-@torch.library.custom_op("npugraph_ex_test::threads_seen_torchair", mutates_args=())
-def threads_seen(x: torch.Tensor) -> torch.Tensor:
-    """Records the intra-op thread count each time it really runs."""
-    THREADS_SEEN.append(torch.get_num_threads())
-    return x.clone()
-
-
-@threads_seen.register_fake
-def threads_seen_fake(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
 
 
 def torchair_blocks(x: torch.Tensor) -> torch.Tensor:
