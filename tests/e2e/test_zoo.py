@@ -23,7 +23,7 @@ from zoo_models import CALLS, NEW_TOKENS, ZOO, check_forward, check_generate
 
 pytest.importorskip("transformers")
 
-QUICK_GENERATE = {"llama", "gpt2", "t5"}
+QUICK_GENERATE = {"gpt2"}
 """Generation checked in the default run; the other models' generation is marked slow."""
 
 
@@ -70,8 +70,14 @@ def test_generate_with_a_static_cache_matches_eager(name: str) -> None:
         assert torch.equal(got, want)
     # The cache is reset in place between generations: the second replays the prefill and
     # every step, with no recapture for a moved cache tensor.
-    assert check.per_call[1] == Counter(replays=NEW_TOKENS)
-    assert check.counters["eager_calls"] == 0
+    if "generate, StaticCache" in ZOO[name].fallbacks:
+        # The prefill's graph cannot be captured (the registry says why): it runs eagerly on
+        # each call, and the decode steps replay.
+        fallback = {"eager_calls": 1, "eager:cannot capture": 1}
+        assert check.per_call[1] == Counter(replays=NEW_TOKENS - 1, **fallback)
+    else:
+        assert check.per_call[1] == Counter(replays=NEW_TOKENS)
+        assert check.counters["eager_calls"] == 0
 
 
 @pytest.mark.slow
