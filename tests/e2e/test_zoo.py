@@ -2,13 +2,14 @@
 
 For each model, forward calls of one shape with new inputs each time: one capture, then replays
 that match eager and fall back to nothing. For the decoders and encoder-decoders, greedy
-``generate()`` with the forward compiled, with transformers' default cache and with a
-``StaticCache`` the caller keeps: the same tokens as eager, and a second generation that replays
-every step. A few small models also run with ``static_kernel_compile=True``.
+``generate()`` with the forward compiled, with transformers' default cache and (decoders) with
+a ``StaticCache`` the caller keeps: the same tokens as eager, and a second generation that
+replays every step. A few small models also run with ``static_kernel_compile=True``.
 
-The default run checks the forward of every model and generation for a few of them; the rest
-is marked ``slow`` (deselect with ``-m 'not slow'``). ``docs/zoo.md`` holds the same results as a
-table, written by ``python tests/zoo_models.py --out docs/zoo.md``.
+The default run (``-m 'not slow'``) checks the forward of every model and GPT-2's generation
+with both caches; the other generations, the static kernels and the bit-for-bit comparison with
+Dynamo alone are marked ``slow``. ``docs/zoo.md`` holds the same results as a table, written by
+``python tests/zoo_models.py --out docs/zoo.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from zoo_models import CALLS, NEW_TOKENS, ZOO, check_forward, check_generate
 pytest.importorskip("transformers")
 
 QUICK_GENERATE = {"gpt2"}
-"""Generation checked in the default run; the other models' generation is marked slow."""
+"""Generation checked without ``-m slow`` (each takes tens of seconds to compile on 2 cores)."""
 
 
 def generation_params(kinds: tuple[str, ...]) -> list:
