@@ -77,6 +77,8 @@ from transformers import (
     StaticCache,
 )
 
+from npugraph_ex.bench.decode import cache_keyword
+
 NAME = "qwen3_decode_step"
 
 
@@ -129,11 +131,11 @@ class Bench:
     static: Callable[..., torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
-        model = self.model
+        model, keyword = self.model, cache_keyword(self.model)
 
         def step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:
             return model(
-                input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True
+                input_ids=ids, cache_position=pos, use_cache=True, **{keyword: cache}
             ).logits
 
         def same_step(ids: torch.Tensor, pos: torch.Tensor, cache: StaticCache) -> torch.Tensor:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from npugraph_ex.bench.decode import Decode
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since, summarise
 from npugraph_ex.bench.growing import Growing
 from npugraph_ex.bench.memory import MemoryMeter, resident_bytes
@@ -116,6 +118,22 @@ def test_the_growing_workload_feeds_the_whole_sequence_every_step() -> None:
     assert seconds > 0 and len(ticks) == 3
     assert run.block() > 0
     assert model.calls == [2, 3, 4, 2, 3, 4]
+
+
+def test_the_decode_step_hands_over_the_cache_under_the_name_transformers_asks_for() -> None:
+    pytest.importorskip("transformers")
+    from models import make_tiny_qwen3
+
+    decode = Decode(make_tiny_qwen3(), steps=2, max_cache_len=8, device="cpu", sync=lambda: None)
+    cache = decode.new_cache()
+    with warnings.catch_warnings(), torch.no_grad():
+        # transformers 5.24 deprecates ``past_key_values`` with a FutureWarning.
+        warnings.simplefilter("error", FutureWarning)
+        decode.step()(torch.tensor([[1]]), torch.tensor([0]), cache)
+    # The step wrote the caller's cache in place: one token, at position 0.
+    assert int(cache.layers[0].cumulative_length) == 1
+    assert cache.layers[0].keys[:, :, 0].abs().sum() > 0
+    assert not cache.layers[0].keys[:, :, 1:].any()
 
 
 def test_interleaving_runs_every_block_once_per_round() -> None:

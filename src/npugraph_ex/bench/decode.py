@@ -8,6 +8,7 @@ pays compilation and capture; a timed block is ``steps`` decode steps from a res
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,17 @@ import torch
 from npugraph_ex.bench.workload import Generation
 
 START_TOKEN = 1
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword under which ``model``'s forward takes its KV cache.
+
+    transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns on the old name (removed
+    in 5.40); earlier releases know only ``past_key_values``. The signature says which one this
+    model takes, so the step passes the cache under the name its transformers asks for.
+    """
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 @dataclass
@@ -42,11 +54,11 @@ class Decode:
         return self.steps
 
     def step(self) -> Callable[..., torch.Tensor]:
-        model = self.model
+        model, keyword = self.model, cache_keyword(self.model)
 
         def step(ids: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
             return model(
-                input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True
+                input_ids=ids, cache_position=pos, use_cache=True, **{keyword: cache}
             ).logits
 
         return step

@@ -1,0 +1,95 @@
+"""End to end: every architecture of the model zoo (``tests/zoo_models.py``) against eager.
+
+For each model, forward calls of one shape with new inputs each time: one capture, then replays
+that match eager and fall back to nothing. For the decoders and encoder-decoders, greedy
+``generate()`` with the forward compiled, with transformers' default cache and (decoders) with
+a ``StaticCache`` the caller keeps: the same tokens as eager, and a second generation that
+replays every step. A few small models also run with ``static_kernel_compile=True``.
+
+The default run (``-m 'not slow'``) checks the forward of every model and GPT-2's generation
+with both caches; the other generations, the static kernels and the bit-for-bit comparison with
+Dynamo alone are marked ``slow``. ``docs/zoo.md`` holds the same results as a table, written by
+``python tests/zoo_models.py --out docs/zoo.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from helpers import graphs_called
+from zoo_models import CALLS, NEW_TOKENS, ZOO, check_forward, check_generate
+
+pytest.importorskip("transformers")
+
+QUICK_GENERATE = {"gpt2"}
+"""Generation checked without ``-m slow`` (each takes tens of seconds to compile on 2 cores)."""
+
+
+def generation_params(kinds: tuple[str, ...]) -> list:
+    return [
+        pytest.param(name, marks=() if name in QUICK_GENERATE else pytest.mark.slow)
+        for name, entry in ZOO.items()
+        if entry.kind in kinds
+    ]
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_forward_replays_and_matches_eager(name: str) -> None:
+    check = check_forward(ZOO[name])
+    # One shape: the first call captures, the others replay; nothing ran eagerly.
+    assert check.counters == Counter(captures=1, replays=CALLS - 1)
+    assert not torch.equal(check.eager[0], check.eager[1])
+    for got, want in zip(check.compiled, check.eager, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ZOO))
+def test_forward_without_fusion_equals_dynamo_bit_for_bit(name: str) -> None:
+    check = check_forward(ZOO[name], {"pattern_fusion_pass": False}, reference="dynamo")
+    assert check.counters == Counter(captures=1, replays=CALLS - 1)
+    assert check.equal
+
+
+@pytest.mark.parametrize("name", generation_params(("decoder", "seq2seq")))
+def test_generate_with_the_default_cache_matches_eager(name: str) -> None:
+    check = check_generate(ZOO[name], "dynamic")
+    for got, want in zip(check.compiled, check.eager, strict=True):
+        assert torch.equal(got, want)
+    # Every prefill and step of the second generation has the shapes of one of the first.
+    assert check.per_call[1] == Counter(replays=NEW_TOKENS)
+    assert check.counters["eager_calls"] == 0
+
+
+@pytest.mark.parametrize("name", generation_params(("decoder",)))
+def test_generate_with_a_static_cache_matches_eager(name: str) -> None:
+    check = check_generate(ZOO[name], "static")
+    for got, want in zip(check.compiled, check.eager, strict=True):
+        assert torch.equal(got, want)
+    # The cache is reset in place between generations: the second replays the prefill and
+    # every step, with no recapture for a moved cache tensor.
+    if "generate, StaticCache" in ZOO[name].fallbacks:
+        # The prefill's graph cannot be captured (the registry says why): it runs eagerly on
+        # each call, and the decode steps replay.
+        fallback = {"eager_calls": 1, "eager:cannot capture": 1}
+        assert check.per_call[1] == Counter(replays=NEW_TOKENS - 1, **fallback)
+    else:
+        assert check.per_call[1] == Counter(replays=NEW_TOKENS)
+        assert check.counters["eager_calls"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name, entry in ZOO.items() if entry.options])
+def test_forward_with_static_kernels_matches_eager(name: str) -> None:
+    entry = ZOO[name]
+    check = check_forward(entry, entry.options)
+    assert check.counters == Counter(captures=1, replays=CALLS - 1)
+    for got, want in zip(check.compiled, check.eager, strict=True):
+        torch.testing.assert_close(got, want)
+    # The key replays Inductor kernels made for its shapes; none failed to compile.
+    (graph,) = graphs_called()
+    assert set(graph["static_kernels"]) <= {"compiled", "cache_hit"}
+    assert sum(graph["static_kernels"].values()) == 1
