@@ -22,6 +22,7 @@ import torch
 
 import npugraph_ex
 from helpers import assert_same, graphs_called
+from npugraph_ex.bench.decode import cache_keyword
 
 PROMPT_LEN = 4
 NEW_TOKENS = 8
@@ -155,7 +156,7 @@ def test_growing_sequence_past_capture_limit(
 def decode_step(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
     def step(ids: torch.Tensor, position: torch.Tensor, cache: Any) -> torch.Tensor:
         return model(
-            input_ids=ids, past_key_values=cache, cache_position=position, use_cache=True
+            input_ids=ids, **{cache_keyword(model): cache}, cache_position=position, use_cache=True
         ).logits
 
     return step
@@ -307,7 +308,7 @@ def test_hugging_face_generate_replays_a_cache_the_caller_keeps(
         cache.reset()  # zeroed in place: the KV tensors keep their addresses
         before = counts()
         assert torch.equal(
-            model.generate(prompt, **generate_settings(), past_key_values=cache), want
+            model.generate(prompt, **generate_settings(), **{cache_keyword(model): cache}), want
         )
         done = counts() - before
     assert counts()["recaptures"] == 0 and counts()["eager_calls"] == 0

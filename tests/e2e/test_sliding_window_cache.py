@@ -16,6 +16,7 @@ import torch
 
 from helpers import totals
 from models import seeded
+from npugraph_ex.bench.decode import cache_keyword
 
 transformers = pytest.importorskip("transformers")
 
@@ -57,7 +58,7 @@ def test_every_step_replays_one_capture(family: str) -> None:
     model = build(family)
 
     def step(ids, pos, cache):  # noqa: ANN001, ANN202
-        return model(input_ids=ids, past_key_values=cache, cache_position=pos).logits
+        return model(input_ids=ids, **{cache_keyword(model): cache}, cache_position=pos).logits
 
     def new_cache() -> object:
         return transformers.StaticCache(config=model.config, max_cache_len=16)
@@ -84,7 +85,9 @@ def test_hugging_face_generate_replays_the_decode_steps() -> None:
     expected = model.generate(prompt, max_new_tokens=12, do_sample=False)
     model.forward = torch.compile(model.forward, backend="npugraph_ex", fullgraph=True)
     cache = transformers.StaticCache(config=model.config, max_cache_len=64)
-    out = model.generate(prompt, max_new_tokens=12, do_sample=False, past_key_values=cache)
+    out = model.generate(
+        prompt, max_new_tokens=12, do_sample=False, **{cache_keyword(model): cache}
+    )
     assert torch.equal(out, expected)
     # The prefill and the first decode step are a capture each (the int is 0, then symbolic);
     # the other 10 decode steps replay.
