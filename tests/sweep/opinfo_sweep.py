@@ -320,11 +320,13 @@ def fresh(sample: Any, seed: int) -> Any:
     return SampleInput(args[0], args=tuple(args[1:]), kwargs=kwargs)
 
 
-def fresh_calls(op: Any, dtype: torch.dtype, limit: int) -> list[list[Any]]:
+def fresh_calls(
+    op: Any, dtype: torch.dtype, limit: int, pool: int = SAMPLE_POOL
+) -> list[list[Any]]:
     """Per chosen sample, the samples of its three calls: the OpInfo's, then the same sample
     regenerated under other seeds (or, where that changes its structure, itself) with every
     tensor's values renewed."""
-    rounds = [generate_samples(op, dtype, seed, SAMPLE_POOL) for seed in SEEDS]
+    rounds = [generate_samples(op, dtype, seed, max(pool, limit)) for seed in SEEDS]
     indices = spread(rounds[0], limit)
     if with_number_rhs(op, rounds[0], dtype) is not None:
         rounds = [[*r, with_number_rhs(op, r, dtype)] for r in rounds]
@@ -492,7 +494,7 @@ def run_sample(
     return result
 
 
-class OpTimeout(Exception):
+class OpTimeout(BaseException):
     pass
 
 
@@ -538,14 +540,21 @@ def summarise(
 
 
 def run_target(
-    target: Target, dtype: torch.dtype, *, dynamic: bool = False, limit: int = 4, timeout: int = 0
+    target: Target,
+    dtype: torch.dtype,
+    *,
+    dynamic: bool = False,
+    limit: int = 4,
+    pool: int = SAMPLE_POOL,
+    timeout: int = 0,
 ) -> OpResult:
-    """Classify one OpInfo variant at ``dtype`` over up to ``limit`` of its samples."""
+    """Classify one OpInfo variant at ``dtype`` over up to ``limit`` of its first ``pool``
+    samples."""
     started = time.perf_counter()
     results: list[SampleResult] = []
     try:
         with time_limit(timeout), torch.no_grad():
-            for calls in fresh_calls(target.op, dtype, limit):
+            for calls in fresh_calls(target.op, dtype, limit, pool):
                 results.append(run_sample(target.fn, calls, dynamic, values=target.has_values))
     except OpTimeout as error:
         results.append(SampleResult(TIMEOUT, f"{len(results)} samples done, then {error}"))
