@@ -232,7 +232,8 @@ def structure(sample: Any) -> tuple[Any, ...]:
     described = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            described.append(("tensor", leaf.shape, leaf.dtype, leaf.stride(), leaf.is_conj()))
+            strides = leaf.stride() if leaf.layout == torch.strided else leaf.layout
+            described.append(("tensor", leaf.shape, leaf.dtype, strides, leaf.is_conj()))
         else:
             described.append(("value", repr(leaf)))
     return (str(spec), tuple(described))
@@ -283,8 +284,8 @@ def clone_like(tensor: torch.Tensor) -> torch.Tensor:
     """A copy with the same strides where the layout allows (``clone`` makes non-dense views
     contiguous, and the samples' strides are part of what is tested)."""
     tensor = tensor.detach()
-    if torch._debug_has_internal_overlap(tensor) != 0:  # expanded: strides cannot be copied
-        return tensor.clone()
+    if tensor.layout != torch.strided or torch._debug_has_internal_overlap(tensor) != 0:
+        return tensor.clone()  # sparse, or expanded: strides cannot be copied
     copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype)
     return copy.copy_(tensor)
 
@@ -297,6 +298,8 @@ def perturbed(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """New values of the same kind: floats scaled by 0.9-1.1 each, other values permuted
     (an index tensor keeps its multiset of values, so it stays in range)."""
     copy = clone_like(tensor)
+    if copy.layout != torch.strided:
+        return copy
     if copy.is_floating_point() or copy.is_complex():
         scale = torch.rand(copy.shape, generator=generator) * 0.2 + 0.9
         return copy.mul_(scale.to(copy.dtype) if copy.is_floating_point() else scale)
@@ -693,16 +696,29 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(head + body)
 
 
-def merge_runs(path: str, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs already in the JSON at ``path``, with ``run`` replacing one of the same kind."""
+def merge_runs(path: str, run: dict[str, Any], *, update: bool) -> list[dict[str, Any]]:
+    """The runs already in the JSON at ``path``, with ``run`` replacing the one of the same kind
+    (dtype and dynamic); with ``update``, only that run's results of the ops ``run`` has."""
     runs = []
     if os.path.exists(path):
         with open(path) as existing:
             runs = json.load(existing)["runs"]
     same = (run["dtype"], run["dynamic"])
+    old = next((r for r in runs if (r["dtype"], r["dynamic"]) == same), None)
+    if update and old is not None:
+        rerun = {r["name"] for r in run["results"]}
+        kept = [r for r in old["results"] if r["name"] not in rerun]
+        replaced = sum(r["seconds"] for r in old["results"] if r["name"] in rerun)
+        seconds = round(old["seconds"] - replaced + run["seconds"], 1)
+        run = {**old, "results": kept + run["results"], "seconds": seconds}
+        run["sample_counts"] = sample_counts(run["results"])
     runs = [r for r in runs if (r["dtype"], r["dynamic"]) != same] + [run]
     order = {name: index for index, name in enumerate(DTYPES)}
     return sorted(runs, key=lambda r: (order[r["dtype"]], r["dynamic"]))
+
+
+def sample_counts(results: list[dict[str, Any]]) -> dict[str, int]:
+    return dict(sum((Counter(r["samples"]) for r in results), Counter()))
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -719,6 +735,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     parser.add_argument("--out", help="markdown report to write (runs of other kinds kept)")
     parser.add_argument("--json", dest="out_json", help="JSON of every run (read and merged)")
+    parser.add_argument(
+        "--update", action="store_true", help="replace only these ops' results in --json's run"
+    )
     parser.add_argument("--worker-ops", help=argparse.SUPPRESS)
     parser.add_argument("--results", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -743,14 +762,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - started, 1),
         "cores": os.cpu_count(),
         "threads": args.threads,
-        "sample_counts": dict(sum((Counter(r["samples"]) for r in results), Counter())),
+        "sample_counts": sample_counts(results),
         "results": results,
     }
     counts = Counter(r["cls"] for r in results)
     print(f"{run_title(args.dtype, args.dynamic)}: {dict(counts)} in {run['seconds']:.0f} s")
     runs = [run]
     if args.out_json:
-        runs = merge_runs(args.out_json, run)
+        runs = merge_runs(args.out_json, run, update=args.update)
         with open(args.out_json, "w") as out:
             json.dump({"torch": torch.__version__, "runs": runs}, out, indent=1)
     if args.out:
