@@ -25,7 +25,7 @@ demo: install
 
 # PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
 # with static shapes and with dynamic=True, then bf16 and int64 with fewer samples per op. Writes
-# docs/sweep.md (and every result to sweep-results/sweep.json). About 3 hours on 2 cores.
+# docs/sweep.md (and every result to sweep-results/sweep.json). One to two hours on 2 cores.
 SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
 
 sweep: install

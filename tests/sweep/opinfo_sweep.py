@@ -682,6 +682,8 @@ def render_run(run: dict[str, Any]) -> list[str]:
     results = run["results"]
     counts = Counter(r["cls"] for r in results)
     lines = [f"## {run_title(run['dtype'], run['dynamic'])}", ""]
+    if run.get("ops", "all") != "all":
+        lines += [f"OpInfos selected by `--ops {run['ops']}`.", ""]
     lines.append(
         f"{len(results)} OpInfo variants ({', '.join(run['variants'])}), "
         f"up to {run['limit_samples']} samples each, "
@@ -784,6 +786,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dynamic": args.dynamic,
         "limit_samples": args.limit_samples,
         "variants": variants,
+        "ops": args.ops or "all",
         "seconds": round(time.perf_counter() - started, 1),
         "cores": os.cpu_count(),
         "threads": args.threads,
