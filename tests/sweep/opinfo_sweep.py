@@ -667,6 +667,10 @@ def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+UNSAID = {NO_GRAPH: "Dynamo handed no graph to the backend (graph break, data-dependent op)"}
+"""What the table says for a class whose results carry no reason."""
+
+
 def short_reason(reason: str) -> str:
     """A reason without what every fallback message repeats: the graph's name and the source
     line (the sweep's own call of the op)."""
@@ -692,12 +696,15 @@ def render_run(run: dict[str, Any]) -> list[str]:
     )
     lines += ["", "| class | ops |", "|---|---|"]
     lines += [f"| {c} | {counts[c]} |" for c in CLASSES if counts[c]]
-    others = sorted((r for r in results if r["cls"] != EQUAL), key=lambda r: (r["cls"], r["name"]))
+    others = sorted(
+        (r for r in results if r["cls"] != EQUAL),
+        key=lambda r: (CLASSES.index(r["cls"]), r["name"]),
+    )
     if others:
         lines += ["", "| op | class | samples | reason |", "|---|---|---|---|"]
         for r in others:
             samples = ", ".join(f"{c} {n}" for c, n in sorted(r["samples"].items()))
-            reason = cell(short_reason(r["reason"]))
+            reason = cell(short_reason(r["reason"]) or UNSAID.get(r["cls"], ""))
             lines.append(f"| `{r['name']}` | {r['cls']} | {samples} | {reason} |")
     inexact = sorted((r for r in results if r.get("inexact")), key=lambda r: r["name"])
     if inexact:
