@@ -11,7 +11,7 @@ TORCH_OK := $(PYTHON) -c "import sys, torch; \
 
 LINT_PATHS := src tests benchmarks
 
-.PHONY: install test demo lint cuda-check
+.PHONY: install test demo lint cuda-check sweep
 
 install:
 	@$(TORCH_OK) 2>/dev/null || $(PIP) install "$(TORCH_PIN)"
@@ -22,6 +22,18 @@ test: install
 
 demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png
+
+# PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
+# with static shapes and with dynamic=True, then bf16 and int64 with fewer samples per op. Writes
+# docs/sweep.md (and every result to sweep-results/sweep.json). One to two hours on 2 cores.
+SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
+
+sweep: install
+	mkdir -p sweep-results
+	$(SWEEP) --dtype float32 --limit-samples 3
+	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic
+	$(SWEEP) --dtype bfloat16 --limit-samples 2
+	$(SWEEP) --dtype int64 --limit-samples 2
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)
