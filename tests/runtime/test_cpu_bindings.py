@@ -49,3 +49,13 @@ def test_binding_that_returns_without_writing_is_not_used() -> None:
     assert call is not torch._C.TensorBase.__lshift__
     call(x, 2, out=out)
     assert out.tolist() == [4, 20, 28]
+
+
+def test_binding_that_passes_another_default_is_not_used() -> None:
+    # torch._C._nn.mse_loss(x, y, out=o) passes reduction=none; the recorded call left the
+    # schema's default, mean.
+    x, y, out = torch.rand(5, 5), torch.rand(5, 5), torch.empty(())
+    call = fastest_call(aten.mse_loss.out, (x, y), {"out": out})
+    assert call is not torch._C._nn.mse_loss
+    call(x, y, out=out)
+    assert torch.equal(out, torch.nn.functional.mse_loss(x, y))

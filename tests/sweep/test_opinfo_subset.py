@@ -22,14 +22,6 @@ pytestmark = pytest.mark.sweep
 
 F32, BF16, I64 = torch.float32, torch.bfloat16, torch.int64
 
-SHIFT_REPLAY = "shift ops (<<, >>) are not recomputed on replay"
-LINALG_KEY = "linalg.inv/solve/cholesky/lu_factor: AttributeError in the graph key"
-PREWRAPPED = "bf16/fp16 ops with a Python number replay it rounded to the result dtype"
-LOSS_DEFAULTS = (
-    "replay calls torch._C._nn loss bindings, whose reduction defaults to none, for ATen calls "
-    "that left reduction at its schema default (mean)"
-)
-
 # (OpInfo name, dtype, the class it must have, what its reason must contain), by family.
 CASES = [
     # elementwise: unary, binary, Python numbers, bitwise and shifts
@@ -45,8 +37,8 @@ CASES = [
     ("remainder", I64, EQUAL, ""),
     ("bitwise_and[operator]", I64, EQUAL, ""),
     ("bitwise_left_shift", I64, EQUAL, ""),
-    ("bitwise_left_shift[operator]", I64, EQUAL, SHIFT_REPLAY),
-    ("bitwise_right_shift[operator]", I64, EQUAL, SHIFT_REPLAY),
+    ("bitwise_left_shift[operator]", I64, EQUAL, ""),
+    ("bitwise_right_shift[operator]", I64, EQUAL, ""),
     # reductions, scans, sorting
     ("sum", F32, EQUAL, ""),
     ("amax", F32, EQUAL, ""),
@@ -86,29 +78,31 @@ CASES = [
     ("nn.functional.layer_norm", F32, EQUAL, ""),
     ("nn.functional.rms_norm", F32, EQUAL, ""),
     ("nn.functional.group_norm", F32, EQUAL, ""),
-    ("nn.functional.soft_margin_loss", F32, EQUAL, LOSS_DEFAULTS),
+    ("nn.functional.soft_margin_loss", F32, EQUAL, ""),
+    ("nn.functional.mse_loss", F32, EQUAL, ""),
+    ("nn.functional.binary_cross_entropy", F32, EQUAL, ""),
     # linear algebra
-    ("linalg.inv", F32, EQUAL, LINALG_KEY),
-    ("linalg.solve", F32, EQUAL, LINALG_KEY),
-    ("linalg.cholesky", F32, EQUAL, LINALG_KEY),
-    ("linalg.lu_factor", F32, EQUAL, LINALG_KEY),
+    ("linalg.inv", F32, EQUAL, ""),
+    ("linalg.solve", F32, EQUAL, ""),
+    ("linalg.cholesky", F32, EQUAL, ""),
+    ("linalg.lu_factor", F32, EQUAL, ""),
     # random numbers: run eagerly, drawing what aot_eager draws
     ("bernoulli", F32, FALLBACK, "random-number op"),
     # bf16
     ("add", BF16, EQUAL, ""),
-    ("mul[operator]", BF16, EQUAL, PREWRAPPED),
+    ("mul[operator]", BF16, EQUAL, ""),
     ("softmax", BF16, EQUAL, ""),
 ]
-
-KNOWN_DEFECTS = {SHIFT_REPLAY, LINALG_KEY, LOSS_DEFAULTS, PREWRAPPED}
-"""Reasons of cases that fail today (docs/sweep.md): expected to fail, not strictly, so that the
-fix shows as XPASS."""
 
 REWRITTEN = {"mm", "addmm", "bmm", "matmul[operator]", "nn.functional.linear"}
 """Cases a fusion pattern may rewrite (few-row products split over the cores): within tolerance of
 ``aot_eager``. Every other case must be bit-identical, as a CPU replay re-runs the same kernels."""
 
-SAMPLES = {"nn.functional.soft_margin_loss": 2}
+SAMPLES = {
+    "nn.functional.soft_margin_loss": 2,
+    "nn.functional.mse_loss": 2,
+    "nn.functional.binary_cross_entropy": 3,
+}
 """Cases that need more than their first sample (its first is 0-d: no reduction to get wrong)."""
 
 DYNAMIC = {"add", "mm", "index_select", "nn.functional.layer_norm"}
@@ -119,11 +113,8 @@ def case_params() -> list:
     params = []
     for name, dtype, cls, reason in CASES:
         for dynamic in (False, True) if dtype is F32 and name in DYNAMIC else (False,):
-            marks = []
-            if reason in KNOWN_DEFECTS:
-                marks.append(pytest.mark.xfail(reason=reason, strict=False))
             label = f"{name}-{str(dtype).removeprefix('torch.')}{'-dynamic' if dynamic else ''}"
-            params.append(pytest.param(name, dtype, dynamic, cls, reason, marks=marks, id=label))
+            params.append(pytest.param(name, dtype, dynamic, cls, reason, id=label))
     return params
 
 

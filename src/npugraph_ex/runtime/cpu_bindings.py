@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch._ops import OpOverload
-from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 NAMESPACES = (
@@ -31,30 +30,27 @@ class WrongKernel(Exception):
     """Raised inside the probe when a binding reaches another kernel than the recorded one."""
 
 
-def tensors_in(values: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
-
-
 class KernelProbe(TorchDispatchMode):
     """Sees the first kernel a call reaches and returns its written arguments without running.
 
-    The binding passes only if it reaches the recorded kernel with the very same tensors.
+    The binding passes only if it reaches the recorded kernel with the very same arguments:
+    the same tensor objects, and every other argument equal, defaults filled in (a binding may
+    pass its own default: ``torch._C._nn.mse_loss(x, y, out=o)`` passes ``reduction=0`` where the
+    recorded call left the schema's mean).
     """
 
-    def __init__(self, expected: OpOverload, tensors: list[torch.Tensor]):
+    def __init__(self, expected: OpOverload, args: tuple, kwargs: dict):
         super().__init__()
         self.expected = expected
-        self.tensors = tensors
+        self.values = schema_values(expected, args, kwargs)
         self.written: Any = None
         """What the kernel would return (its written arguments), once it is reached."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        seen = tensors_in((args, kwargs))
-        same_tensors = len(seen) == len(self.tensors) and all(
-            a is b for a, b in zip(seen, self.tensors, strict=True)
-        )
-        if func is not self.expected or not same_tensors:
+        if func is not self.expected or not same_values(
+            schema_values(func, args, kwargs), self.values
+        ):
             raise WrongKernel(str(func))
         written = [
             kwargs[arg.name] if arg.name in kwargs else args[position]
@@ -63,6 +59,36 @@ class KernelProbe(TorchDispatchMode):
         ]
         self.written = written[0] if len(written) == 1 else tuple(written)
         return self.written
+
+
+MISSING = object()
+
+
+def schema_values(op: OpOverload, args: tuple, kwargs: dict) -> list[Any]:
+    """The value of every schema argument of a call, its default where the call passes none."""
+    values = []
+    for position, argument in enumerate(op._schema.arguments):
+        if position < len(args) and not argument.kwarg_only:
+            values.append(args[position])
+        elif argument.name in kwargs:
+            values.append(kwargs[argument.name])
+        elif argument.has_default_value():
+            values.append(argument.default_value)
+        else:
+            values.append(MISSING)
+    return values
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Tensors by identity, sequences item by item (a list equals a tuple), the rest by ``==``."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, RuntimeError):
+        return False
 
 
 def kind_of(value: Any) -> Any:
@@ -88,20 +114,13 @@ def reaches(binding: Callable[..., Any], op: OpOverload, args: tuple, kwargs: di
     Both halves matter: some bindings (``Tensor.__lshift__`` given ``out=``) return
     ``NotImplemented`` without reaching any kernel, and a replay through them writes nothing.
     """
-    probe = KernelProbe(op, tensors_in((args, kwargs)))
+    probe = KernelProbe(op, args, kwargs)
     try:
         with probe:
             returned = binding(*args, **kwargs)
     except (WrongKernel, TypeError, RuntimeError):
         return False
-    return probe.written is not None and same_tensors(returned, probe.written)
-
-
-def same_tensors(a: Any, b: Any) -> bool:
-    """``a`` and ``b`` are the same tensor objects, in the same structure."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(same_tensors(x, y) for x, y in zip(a, b, strict=True))
-    return a is b
+    return probe.written is not None and same_values(returned, probe.written)
 
 
 def fastest_call(op: OpOverload, args: tuple, kwargs: dict) -> Callable[..., Any]:

@@ -13,7 +13,8 @@ Rules, per kernel:
   that is itself fixed, so they stay valid;
 - in-place and ``out=`` kernels are re-issued as recorded;
 - a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output
-  (Python numbers it takes as tensors are wrapped once, at capture, where that is exact);
+  (Python numbers it takes as tensors are wrapped once, at capture, where that is exact), once a
+  trial has shown that the overload writes such an output in place (``cpu_out_check``);
 - any other functional kernel computes a temporary and copies it into its recorded output;
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
@@ -30,6 +31,7 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
+from npugraph_ex.runtime.cpu_out_check import writes_in_place
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
@@ -155,8 +157,10 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     if variant is not None and len(fresh) == len(tensors):
         out_op, out_names = variant
         out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
-        out_kwargs.update(zip(out_names, result_structure(op, result), strict=True))
-        return "out", (out_op, args, out_kwargs)
+        results = result_structure(op, result)
+        if writes_in_place(out_op, args, out_kwargs, out_names, results):
+            out_kwargs.update(zip(out_names, results, strict=True))
+            return "out", (out_op, args, out_kwargs)
     return "copy", compute_and_copy(op, args, kwargs, result, fresh)
 
 

@@ -1,0 +1,84 @@
+"""Whether an ``out=`` overload computes its functional twin's result into ``out``, as it stands.
+
+Replay re-issues a functional kernel through its ``out=`` overload, into the tensor the capture
+recorded. Most overloads write ``out`` in place; a few do not, and no schema says which:
+``binary_cross_entropy.out`` given an ``out`` of the reduced shape computes another value, and
+``soft_margin_loss.out`` resizes ``out`` to the input's shape before reducing (in the pool's arena
+that would write past the output's bytes). So the first time an overload meets a layout of
+arguments, it runs once on scratch outputs of the recorded results' exact layout, and is trusted
+only if it keeps their shape, strides and storage and gives the same bits; otherwise the step
+computes functionally and copies. The verdict is kept per overload and argument layout: a model's
+repeated layers pay for the trial once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.utils import _pytree as pytree
+
+VERDICTS: dict[tuple, bool] = {}
+"""Per (``out=`` overload, layout of its arguments and results): whether it writes in place."""
+
+
+def layout_of(value: Any) -> Any:
+    """What the verdict depends on: tensors' layouts, every other argument's value."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.stride(), value.dtype, value.device.type)
+    if isinstance(value, (list, tuple)):
+        return tuple(layout_of(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((name, layout_of(item)) for name, item in value.items()))
+    return repr(value)
+
+
+def writes_in_place(
+    out_op: OpOverload, args: tuple, kwargs: dict, out_names: tuple[str, ...], results: list[Any]
+) -> bool:
+    """Whether ``out_op(*args, **kwargs, out=...)`` computes ``results`` into tensors of their
+    layout without reallocating them (``results``: the functional call's, one per out name)."""
+    key = (out_op, layout_of((args, kwargs)), layout_of(results))
+    if key not in VERDICTS:
+        VERDICTS[key] = trial(out_op, args, kwargs, out_names, results)
+    return VERDICTS[key]
+
+
+def trial(
+    out_op: OpOverload, args: tuple, kwargs: dict, out_names: tuple[str, ...], results: list[Any]
+) -> bool:
+    scratch = pytree.tree_map_only(torch.Tensor, exact_layout, results)
+    before = [
+        (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in leaves(scratch)
+    ]
+    try:
+        out_op(*args, **kwargs, **dict(zip(out_names, scratch, strict=True)))
+    except Exception:  # an overload that refuses these outputs is not trusted with them
+        return False
+    after = [
+        (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in leaves(scratch)
+    ]
+    return before == after and all(
+        same_bits(got, want) for got, want in zip(leaves(scratch), leaves(results), strict=True)
+    )
+
+
+def exact_layout(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(
+        tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
+    )
+
+
+def leaves(values: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
+
+
+def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
+    if got.shape != want.shape or got.stride() != want.stride() or got.dtype != want.dtype:
+        return False
+    try:
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    except AssertionError:
+        return False
+    return True

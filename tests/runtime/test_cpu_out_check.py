@@ -1,0 +1,28 @@
+"""Replay trusts an ``out=`` overload only once a trial shows it writes its output in place."""
+
+from __future__ import annotations
+
+import torch
+
+from npugraph_ex.runtime.cpu_out_check import writes_in_place
+
+aten = torch.ops.aten
+
+
+def test_an_overload_that_writes_in_place_is_trusted() -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    assert writes_in_place(aten.mul.out, (x, y), {}, ("out",), [x * y])
+
+
+def test_an_overload_that_computes_another_value_into_a_reduced_out_is_not() -> None:
+    # aten.binary_cross_entropy.out given an out of the reduced (0-d) shape computes another value.
+    x, y = torch.rand(5, 5), torch.rand(5, 5)
+    want = torch.nn.functional.binary_cross_entropy(x, y)
+    assert not writes_in_place(aten.binary_cross_entropy.out, (x, y), {}, ("out",), [want])
+
+
+def test_an_overload_that_resizes_its_out_is_not() -> None:
+    # aten.soft_margin_loss.out resizes out to the input's shape before it reduces.
+    x, y = torch.randn(5, 5), torch.randn(5, 5).sign()
+    want = torch.nn.functional.soft_margin_loss(x, y)
+    assert not writes_in_place(aten.soft_margin_loss.out, (x, y, 1), {}, ("out",), [want])
