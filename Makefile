@@ -24,16 +24,28 @@ demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png
 
 # PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
-# with static shapes and with dynamic=True, then bf16 and int64 with fewer samples per op. Writes
-# docs/sweep.md (and every result to sweep-results/sweep.json). One to two hours on 2 cores.
+# with static shapes and with dynamic=True, then bf16 and int64 (a breadth subset, fewer samples
+# per op). Writes docs/sweep.md (and every result to sweep-results/sweep.json). One to two hours
+# on 2 cores.
 SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
+# The bf16 and int64 runs: a breadth subset of the database (each family of ops a model uses).
+BREADTH_OPS := abs,neg,exp,log,tanh,rsqrt,sigmoid,nn.functional.gelu,nn.functional.silu,nn.functional.relu
+BREADTH_OPS := $(BREADTH_OPS),nn.functional.softplus,add,sub,mul,div.*,pow,remainder,fmod,floor_divide,maximum,minimum
+BREADTH_OPS := $(BREADTH_OPS),clamp,clamp_min,clamp_max,eq,lt,ge,where,masked_fill,lerp,addcmul,round,bitwise_*
+BREADTH_OPS := $(BREADTH_OPS),__rand__,__ror__,__rxor__,sum,mean,prod,amax,amin,var,logsumexp,argmax,cumsum,cumprod
+BREADTH_OPS := $(BREADTH_OPS),sort,argsort,topk,mm,addmm,bmm,baddbmm,matmul,einsum,nn.functional.linear,nn.functional.conv1d
+BREADTH_OPS := $(BREADTH_OPS),nn.functional.conv2d,index_select,index_add,index_copy,index_put,gather,scatter,scatter_add
+BREADTH_OPS := $(BREADTH_OPS),scatter_reduce.*,take_along_dim,__getitem__,nn.functional.embedding,nn.functional.embedding_bag
+BREADTH_OPS := $(BREADTH_OPS),reshape,view,transpose,permute,narrow,expand,flatten,squeeze,unbind,cat,stack,split
+BREADTH_OPS := $(BREADTH_OPS),softmax,log_softmax,nn.functional.layer_norm,nn.functional.rms_norm,nn.functional.group_norm
+BREADTH_OPS := $(BREADTH_OPS),nn.functional.interpolate.nearest,nn.functional.pad.constant,to,float,long,nn.functional.mse_loss
 
 sweep: install
 	mkdir -p sweep-results
 	$(SWEEP) --dtype float32 --limit-samples 3
 	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic
-	$(SWEEP) --dtype bfloat16 --limit-samples 2
-	$(SWEEP) --dtype int64 --limit-samples 2
+	$(SWEEP) --dtype bfloat16 --limit-samples 2 --ops '$(BREADTH_OPS)'
+	$(SWEEP) --dtype int64 --limit-samples 2 --ops '$(BREADTH_OPS)'
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)
