@@ -11,14 +11,20 @@ TORCH_OK := $(PYTHON) -c "import sys, torch; \
 
 LINT_PATHS := src tests benchmarks
 
-.PHONY: install test demo lint cuda-check sweep
+.PHONY: install test demo lint cuda-check sweep zoo
 
 install:
 	@$(TORCH_OK) 2>/dev/null || $(PIP) install "$(TORCH_PIN)"
 	$(PIP) install -e ".[test,bench]"
 
 test: install
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not zoo" tests
+
+# The whole model zoo (every generation, static kernels, bit-for-bit against Dynamo alone) and its
+# table in docs/zoo.md.
+zoo: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e/test_zoo.py
+	PYTHONPATH=tests $(PYTHON) tests/zoo_models.py --out docs/zoo.md
 
 demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png

@@ -6,10 +6,10 @@ that match eager and fall back to nothing. For the decoders and encoder-decoders
 a ``StaticCache`` the caller keeps: the same tokens as eager, and a second generation that
 replays every step. A few small models also run with ``static_kernel_compile=True``.
 
-The default run (``-m 'not slow'``) checks the forward of every model and GPT-2's generation
-with both caches; the other generations, the static kernels and the bit-for-bit comparison with
-Dynamo alone are marked ``slow``. ``docs/zoo.md`` holds the same results as a table, written by
-``python tests/zoo_models.py --out docs/zoo.md``.
+``make test`` checks the forward of every model and GPT-2's generation with both caches; the
+other generations, the static kernels and the bit-for-bit comparison with Dynamo alone are marked
+``zoo`` and run with ``make zoo`` (about 15 minutes on 2 cores), which also writes the same results
+as a table to ``docs/zoo.md`` (``python tests/zoo_models.py --out docs/zoo.md``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from zoo_models import CALLS, NEW_TOKENS, ZOO, check_forward, check_generate
 pytest.importorskip("transformers")
 
 QUICK_GENERATE = {"gpt2"}
-"""Generation checked without ``-m slow`` (each takes tens of seconds to compile on 2 cores)."""
+"""Generation checked in ``make test`` (each takes tens of seconds to compile on 2 cores)."""
 
 
 def generation_params(kinds: tuple[str, ...]) -> list:
     return [
-        pytest.param(name, marks=() if name in QUICK_GENERATE else pytest.mark.slow)
+        pytest.param(name, marks=() if name in QUICK_GENERATE else pytest.mark.zoo)
         for name, entry in ZOO.items()
         if entry.kind in kinds
     ]
@@ -46,7 +46,7 @@ def test_forward_replays_and_matches_eager(name: str) -> None:
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.slow
+@pytest.mark.zoo
 @pytest.mark.parametrize("name", list(ZOO))
 def test_forward_without_fusion_equals_dynamo_bit_for_bit(name: str) -> None:
     check = check_forward(ZOO[name], {"pattern_fusion_pass": False}, reference="dynamo")
@@ -81,7 +81,7 @@ def test_generate_with_a_static_cache_matches_eager(name: str) -> None:
         assert check.counters["eager_calls"] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.zoo
 @pytest.mark.parametrize("name", [name for name, entry in ZOO.items() if entry.options])
 def test_forward_with_static_kernels_matches_eager(name: str) -> None:
     entry = ZOO[name]
