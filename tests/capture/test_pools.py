@@ -199,3 +199,18 @@ def test_input_buffers_of_every_key_share_the_pool_and_are_counted() -> None:
         assert torch.equal(fn(x + 1), double_then_sum(x + 1))
     assert totals()["captures"] == 15
     assert totals()["pool_bytes"] == one_key
+
+
+@torch.no_grad()
+def test_outputs_that_view_an_input_buffer_follow_it_into_the_pool() -> None:
+    # unsafe_split's pieces view its input without being views to autograd: the graph returns
+    # slices of its own input buffer, which runs no kernel at all.
+    def pieces(x: torch.Tensor):
+        return torch.unsafe_split(x, 2)
+
+    fn = compiled(pieces)
+    for _ in range(3):
+        x = torch.randn(5, 3)
+        for got, want in zip(fn(x), pieces(x), strict=True):
+            assert torch.equal(got, want)
+    assert totals()["replays"] == 2

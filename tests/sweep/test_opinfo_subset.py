@@ -72,6 +72,7 @@ CASES = [
     ("cat", F32, EQUAL, ""),
     ("stack", F32, EQUAL, ""),
     ("split", F32, EQUAL, ""),
+    ("unsafe_split", F32, EQUAL, ""),
     # normalisations, losses
     ("softmax", F32, EQUAL, ""),
     ("log_softmax", F32, EQUAL, ""),

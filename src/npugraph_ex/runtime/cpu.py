@@ -108,9 +108,7 @@ class CpuGraph(CapturedGraph):
         # (the caller's values are copied in before a replay starts).
         movable = (storages_of(recorder.produced) | storages_of(owned_inputs)) - storages_of(inputs)
         step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
-        if step_tensors:
-            step_tensors[0] = [*owned_inputs, *step_tensors[0]]
-        plan = plan_memory(step_tensors, outputs, movable)
+        plan = plan_memory(step_tensors, outputs, movable, live_from_start=owned_inputs)
         self.placed = pool.place(plan) if pool is not None else None
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""

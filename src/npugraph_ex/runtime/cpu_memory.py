@@ -101,13 +101,17 @@ def plan_memory(
     step_tensors: Sequence[Iterable[torch.Tensor]],
     outputs: Sequence[Any],
     movable: set[int],
+    live_from_start: Sequence[torch.Tensor] = (),
 ) -> MemoryPlan:
     """Plan the storages touched by the steps (``step_tensors[i]``: the tensors of step ``i``).
 
-    ``movable``: data pointers of the storages the capture allocated; every other storage
+    ``movable``: data pointers of the storages the capture allocated, and of ``live_from_start``,
+    tensors written before the first step (the graph's own input buffers); every other storage
     (inputs, parameters, constants) stays where it is.
     """
     collector = BufferCollector(movable)
+    for tensor in live_from_start:
+        collector.touch(tensor, 0)
     for index, tensors in enumerate(step_tensors):
         for tensor in tensors:
             collector.touch(tensor, index)
