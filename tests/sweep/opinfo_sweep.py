@@ -685,6 +685,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     from sweep_report import merge_runs, render, run_title, sample_counts
 
+    from npugraph_ex.bench.environment import environment, environment_line, source_commit
+
     args = parse(argv)
     if args.worker_ops is not None:
         worker(args)
@@ -705,6 +707,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cores": os.cpu_count(),
         "threads": args.threads,
         "sample_counts": sample_counts(results),
+        "environment": environment_line(environment()),
+        "commits": [(source_commit() or "unknown")[:12]],
         "results": results,
     }
     counts = Counter(r["cls"] for r in results)

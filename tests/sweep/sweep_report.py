@@ -43,6 +43,9 @@ def render_run(run: dict[str, Any]) -> list[str]:
         f"{run['seconds'] / 60:.1f} min ({run['threads']} intra-op thread, {run['cores']} cores). "
         "Samples: " + ", ".join(f"{c} {n}" for c, n in sorted(run["sample_counts"].items())) + "."
     )
+    if "environment" in run:
+        commits = ", then ".join(run["commits"])
+        lines += ["", f"{run['environment']}; npugraph_ex commit {commits}."]
     lines += ["", "| class | ops |", "|---|---|"]
     lines += [f"| {c} | {counts[c]} |" for c in CLASSES if counts[c]]
     others = sorted(
@@ -93,7 +96,9 @@ def merge_runs(path: str, run: dict[str, Any], *, update: bool) -> list[dict[str
         kept = [r for r in old["results"] if r["name"] not in rerun]
         replaced = sum(r["seconds"] for r in old["results"] if r["name"] in rerun)
         seconds = round(old["seconds"] - replaced + run["seconds"], 1)
-        run = {**old, "results": kept + run["results"], "seconds": seconds}
+        commits = [*old.get("commits", ["unknown"]), *run["commits"]]
+        run = {**old, "results": kept + run["results"], "seconds": seconds, "commits": commits}
+        run["environment"] = old.get("environment", run["environment"])
         run["sample_counts"] = sample_counts(run["results"])
     runs = [r for r in runs if (r["dtype"], r["dynamic"]) != same] + [run]
     order = {name: index for index, name in enumerate(DTYPES)}
