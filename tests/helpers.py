@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,3 +88,16 @@ def threads_seen(x: torch.Tensor) -> torch.Tensor:
 @threads_seen.register_fake
 def threads_seen_fake(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+def counts() -> Counter[str]:
+    """Totals over every live graph; eager calls and recaptures also by reason, as
+    ``eager:<reason>`` and ``recapture:<reason>``."""
+    report = npugraph_ex.stats()
+    totals = report["totals"]
+    result = Counter({key: totals[key] for key in ("captures", "replays", "recaptures")})
+    result["eager_calls"] = totals["eager_calls"]
+    for graph in report["graphs"]:
+        result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
+        result.update({f"recapture:{reason}": n for reason, n in graph["recaptures"].items()})
+    return +result

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import npugraph_ex
+from helpers import counts
 from models import seeded
 from npugraph_ex.bench.decode import cache_keyword
 from npugraph_ex.bench.environment import environment, environment_line
@@ -280,19 +281,6 @@ def forward_inputs(kind: str, seed: int) -> dict[str, Any]:
         "decoder_input_ids": decoder_ids,
         "use_cache": False,
     }
-
-
-def counts() -> Counter[str]:
-    """Totals over every live graph; eager calls and recaptures also by reason, as
-    ``eager:<reason>`` and ``recapture:<reason>``."""
-    report = npugraph_ex.stats()
-    totals = report["totals"]
-    result = Counter({key: totals[key] for key in ("captures", "replays", "recaptures")})
-    result["eager_calls"] = totals["eager_calls"]
-    for graph in report["graphs"]:
-        result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
-        result.update({f"recapture:{reason}": n for reason, n in graph["recaptures"].items()})
-    return +result
 
 
 @dataclass

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import assert_same, graphs_called
+from helpers import assert_same, counts, graphs_called
 from npugraph_ex.bench.decode import cache_keyword
 
 PROMPT_LEN = 4
@@ -30,17 +30,6 @@ MAX_CACHE_LEN = 32
 ATOL = 1e-5
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
-
-
-def counts() -> Counter[str]:
-    """Totals over every live graph, with eager calls also split by reason as ``eager:<reason>``."""
-    report = npugraph_ex.stats()
-    totals = report["totals"]
-    result = Counter({key: totals[key] for key in ("captures", "replays", "recaptures")})
-    result["eager_calls"] = totals["eager_calls"]
-    for graph in report["graphs"]:
-        result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
-    return +result
 
 
 def prompt_ids(model: torch.nn.Module, device: str, seed: int) -> torch.Tensor:

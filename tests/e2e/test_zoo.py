@@ -8,7 +8,7 @@ replays every step. A few small models also run with ``static_kernel_compile=Tru
 
 ``make test`` checks the forward of every model and GPT-2's generation with both caches; the
 other generations, the static kernels and the bit-for-bit comparison with Dynamo alone are marked
-``zoo`` and run with ``make zoo`` (about 15 minutes on 2 cores), which also writes the same results
+``zoo`` and run with ``make zoo`` (about 10 minutes on 2 cores), which also writes the same results
 as a table to ``docs/zoo.md`` (``python tests/zoo_models.py --out docs/zoo.md``).
 """
 
