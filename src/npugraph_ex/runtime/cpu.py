@@ -193,7 +193,7 @@ class CpuRuntime(DeviceRuntime):
         elif pool is None:
             pool = self.new_pool()
         owned = [args[i] for i in owned_inputs]
-        fixed = [a for i, a in enumerate(args) if i not in set(owned_inputs)]
+        fixed = [a for i, a in enumerate(args) if i not in owned_inputs]
         graph = CpuGraph(recorder, outputs, fixed, pool, owned)
         del recorder, outputs  # the capture's own storages, now moved into the pool
         release_free_heap()

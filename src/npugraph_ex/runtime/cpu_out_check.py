@@ -19,6 +19,8 @@ import torch
 from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
+from npugraph_ex.runtime.cpu_memory import tensors_in
+
 VERDICTS: dict[tuple, bool] = {}
 """Per (``out=`` overload, layout of its arguments and results): whether it writes in place."""
 
@@ -49,29 +51,28 @@ def trial(
     out_op: OpOverload, args: tuple, kwargs: dict, out_names: tuple[str, ...], results: list[Any]
 ) -> bool:
     scratch = pytree.tree_map_only(torch.Tensor, exact_layout, results)
-    before = [
-        (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in leaves(scratch)
-    ]
+    before = storages(scratch)
     try:
         out_op(*args, **kwargs, **dict(zip(out_names, scratch, strict=True)))
     except Exception:  # an overload that refuses these outputs is not trusted with them
         return False
-    after = [
-        (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in leaves(scratch)
-    ]
-    return before == after and all(
-        same_bits(got, want) for got, want in zip(leaves(scratch), leaves(results), strict=True)
+    return storages(scratch) == before and all(
+        same_bits(got, want)
+        for got, want in zip(tensors_in(scratch), tensors_in(results), strict=True)
     )
+
+
+def storages(values: Any) -> list[tuple[int, int]]:
+    """Where each tensor's storage is and how large: what an ``out=`` resize would change."""
+    return [
+        (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors_in(values)
+    ]
 
 
 def exact_layout(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(
         tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
     )
-
-
-def leaves(values: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
 
 
 def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
