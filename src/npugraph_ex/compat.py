@@ -71,3 +71,11 @@ def source_guard(source: Any) -> Any:
     """The ``GuardSource`` of a Dynamo ``Source``, whichever of the two forms the release has."""
     guard = source.guard_source
     return guard() if callable(guard) else guard
+
+
+def dynamo_cache_entries(code: Any) -> list[Any]:
+    """Dynamo's compiled frames for a code object, the most recently compiled first; each has
+    ``.code``, the rewritten bytecode."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return list(_debug_get_cache_entry_list(code))

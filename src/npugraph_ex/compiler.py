@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,29 +85,65 @@ def boxed(fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
     return fn
 
 
+@dataclass
+class OptimisedGraph:
+    """An AOT inference graph after the optimisation passes, before lowering: what the compile
+    cache stores and builds a capture manager from in a later process."""
+
+    gm: torch.fx.GraphModule
+    example_inputs: list[Any]
+    static_indices: list[int]
+    """Inputs that are parameters or buffers."""
+    failed_passes: list[str]
+    name: str
+
+
 def compile_graph(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    config: Config,
+    *,
+    on_optimised: Callable[[OptimisedGraph], None] | None = None,
 ) -> Callable[[list[Any]], Any]:
-    """Optimise an AOT inference graph and wrap it in a capture manager."""
+    """Optimise an AOT inference graph and wrap it in a capture manager; ``on_optimised`` sees
+    the graph between the optimisation and the lowering passes."""
     warn_unbuilt_options(config)
     name = graph_name()
     passes = PassManager(PIPELINE, config, graph_name=name)
-    gm = passes(gm, example_inputs)
+    gm = passes(gm, example_inputs, lowering=False)
     static = static_input_indices(len(example_inputs))
+    optimised = OptimisedGraph(gm, list(example_inputs), static, list(passes.failed), name)
+    if on_optimised is not None:
+        on_optimised(optimised)
+    return build_graph_callable(optimised, config, passes)
+
+
+def build_graph_callable(
+    optimised: OptimisedGraph, config: Config, passes: PassManager | None = None
+) -> Callable[[list[Any]], Any]:
+    """Lower an optimised graph and wrap it in a capture manager on its device's runtime."""
+    if passes is None:
+        passes = PassManager(PIPELINE, config, graph_name=optimised.name)
+    optimisation_failures = len(passes.failed)  # the passes before lowering, when shared
+    gm = passes(optimised.gm, optimised.example_inputs, lowering=True)
+    failed = optimised.failed_passes + passes.failed[optimisation_failures:]
+    example_inputs, static = optimised.example_inputs, optimised.static_indices
     host = gm.meta.get(HOST_INTS)
     if host is not None:
         example_inputs = host.example_inputs(example_inputs)
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     runtime = runtime_for(facts.device_type)
-    warn_unapplied_scopes(gm, runtime, name)
+    warn_unapplied_scopes(gm, runtime, optimised.name)
     kernels = (
         StaticKernelCompiler(gm, config, facts.device_type)
         if config.static_kernel_compile
         else None
     )
-    manager = CaptureManager(gm, facts, example_inputs, config, runtime, name=name, kernels=kernels)
-    manager.stats.failed_passes.update(passes.failed)
+    manager = CaptureManager(
+        gm, facts, example_inputs, config, runtime, name=optimised.name, kernels=kernels
+    )
+    manager.stats.failed_passes.update(failed)
     return boxed(manager if host is None else host.wrap(manager))
 
 

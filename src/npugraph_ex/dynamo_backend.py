@@ -9,13 +9,13 @@ holds become guarded constants (``model_floats``), which may send Dynamo to trac
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from npugraph_ex.compiler import compile_eagerly, compile_graph
+from npugraph_ex.compiler import OptimisedGraph, compile_eagerly, compile_graph
 from npugraph_ex.config import Config
 from npugraph_ex.model_floats import specialise_model_floats
 
@@ -26,11 +26,13 @@ def npugraph_ex_backend(
     *,
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
+    on_optimised: Callable[[OptimisedGraph], None] | None = None,
 ) -> Any:
     """``torch.compile(model, backend="npugraph_ex", options={...})``.
 
     ``options`` are the flat option names of the options reference; ``mode`` is what
-    ``torch.compile(mode=...)`` passes.
+    ``torch.compile(mode=...)`` passes. ``on_optimised`` sees each inference graph after the
+    optimisation passes (the compile cache records it there).
     """
     specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)
@@ -43,6 +45,8 @@ def npugraph_ex_backend(
         example_inputs,
         fw_compiler=functools.partial(compile_eagerly, config=config),
         bw_compiler=functools.partial(compile_eagerly, config=config),
-        inference_compiler=functools.partial(compile_graph, config=config),
+        inference_compiler=functools.partial(
+            compile_graph, config=config, on_optimised=on_optimised
+        ),
         keep_inference_input_mutations=True,
     )

@@ -1,0 +1,1 @@
+"""The compile cache behind ``npugraph_ex.inference.cache_compile`` (see ``method``)."""

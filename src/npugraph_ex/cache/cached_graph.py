@@ -1,0 +1,139 @@
+"""A stored graph, called in place of Dynamo's compiled function by the cached bytecode.
+
+It checks its inputs as Dynamo's guards did (a call that does not fit raises :class:`Misfit`
+before anything runs), builds the capture manager from the stored graph on first use, and maps
+outputs back as AOTAutograd's runtime would (see ``graph_record``).
+
+The check is cheap on the steady path: an input that is the very object of the last fitting
+call (a parameter, a KV cache) is not checked again; only the clauses that read a new input are
+evaluated.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+from npugraph_ex.cache.graph_record import GraphRecord, load_graph, referenced_inputs
+from npugraph_ex.compiler import OptimisedGraph, build_graph_callable
+from npugraph_ex.config import Config
+from npugraph_ex.errors import NpuGraphExError
+
+
+class Misfit(NpuGraphExError):
+    """A call's inputs do not fit a stored graph; the message says which input and how."""
+
+
+class CachedGraph:
+    """Callable like Dynamo's compiled function for one stored graph."""
+
+    def __init__(self, record: GraphRecord, config: Config):
+        self.record = record
+        self.config = config
+        self.call: Callable[[list[Any]], Any] | None = None
+        self.clauses: dict[int, list[tuple[str, Any]]] = {}
+        for clause in record.guards:
+            code = compile(clause, "<npugraph_ex cache guard>", "eval")
+            for index in referenced_inputs(clause):
+                self.clauses.setdefault(index, []).append((clause, code))
+        self.last: tuple[Any, ...] | None = None
+        self.mutated = frozenset(record.mutated)
+
+    def __call__(self, *args: Any) -> list[Any]:
+        self.check(args)
+        if self.call is None:
+            self.call = self.build()
+        outputs = self.call([None] * self.record.num_tokens + list(args))
+        outputs = list(outputs)[self.record.num_tokens :]
+        return [output_value(entry, outputs, args) for entry in self.record.outputs]
+
+    def build(self) -> Callable[[list[Any]], Any]:
+        gm = load_graph(self.record.graph)
+        examples = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
+        optimised = OptimisedGraph(
+            gm, examples, self.record.static_indices, self.record.failed_passes, self.record.name
+        )
+        return build_graph_callable(optimised, self.config)
+
+    def check(self, args: Sequence[Any]) -> None:
+        """Raise :class:`Misfit` unless ``args`` fit the stored graph."""
+        last = self.last
+        if last is not None and len(args) == len(last) and all(map(operator.is_, args, last)):
+            return
+        if len(args) != len(self.record.inputs):
+            raise Misfit(f"{len(args)} graph inputs, the stored graph takes {len(self.record.inputs)}")
+        changed = [
+            i for i in range(len(args)) if last is None or args[i] is not last[i]
+        ]
+        for i in changed:
+            check_kind(i, args[i], self.record.inputs[i])
+        self.check_clauses(args, changed)
+        self.check_aliasing(args, changed)
+        self.last = tuple(args)
+
+    def check_clauses(self, args: Sequence[Any], changed: list[int]) -> None:
+        names = {"L": {f"t{i}": a for i, a in enumerate(args)}}
+        done: set[str] = set()
+        for index in changed:
+            for clause, code in self.clauses.get(index, ()):
+                if clause in done:
+                    continue
+                done.add(clause)
+                if not eval(code, SYMPY_INTERP, names):  # noqa: S307 - our own guard clauses
+                    raise Misfit(f"shape guard {clause} fails ({describe_inputs(clause, args)})")
+
+    def check_aliasing(self, args: Sequence[Any], changed: list[int]) -> None:
+        if not self.mutated:
+            return
+        written = {args[i].untyped_storage().data_ptr(): i for i in self.mutated}
+        for i in changed if self.last is not None else range(len(args)):
+            value = args[i]
+            if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+                continue
+            owner = written.get(value.untyped_storage().data_ptr())
+            if owner is not None and owner != i:
+                raise Misfit(f"input {i} shares memory with input {owner}, which the graph writes")
+
+
+def output_value(entry: tuple[Any, ...], outputs: list[Any], args: Sequence[Any]) -> Any:
+    """One user output, as AOTAutograd's runtime returns it (see ``GraphRecord.outputs``)."""
+    kind = entry[0]
+    if kind == "graph":
+        return outputs[entry[1]]
+    if kind == "input":
+        return args[entry[1]]
+    out, base = outputs[entry[1]], args[entry[2]]
+    return base.as_strided(out.size(), out.stride(), out.storage_offset())
+
+
+def check_kind(index: int, value: Any, kind: tuple[Any, ...]) -> None:
+    if kind[0] == "int":
+        if not isinstance(value, int):
+            raise Misfit(f"input {index} is a {type(value).__name__}, the stored graph took an int")
+        return
+    if kind[0] == "tensor":
+        _, dtype, device, requires_grad = kind
+        if not isinstance(value, torch.Tensor):
+            raise Misfit(f"input {index} is a {type(value).__name__}, the stored graph took a tensor")
+        if value.dtype != dtype or value.device != device:
+            raise Misfit(
+                f"input {index} is {value.dtype} on {value.device}, the stored graph took "
+                f"{dtype} on {device}"
+            )
+        if value.requires_grad != requires_grad and torch.is_grad_enabled():
+            raise Misfit(f"input {index} has requires_grad={value.requires_grad}")
+        return
+    raise Misfit(f"input {index}: the stored graph took a {kind[1]}")
+
+
+def describe_inputs(clause: str, args: Sequence[Any]) -> str:
+    parts = []
+    for index in sorted(referenced_inputs(clause)):
+        value = args[index]
+        shown = tuple(value.shape) if isinstance(value, torch.Tensor) else value
+        parts.append(f"t{index}={shown}")
+    return ", ".join(parts)

@@ -1,0 +1,213 @@
+"""What the cache keeps of one compiled graph, and how it is made from a live compile.
+
+A Dynamo graph reaches the backend as flat inputs (tensors and ints, parameters included);
+AOTAutograd turns it into an ATen graph and wraps that graph in a runtime that takes and returns
+the Dynamo graph's values. The record keeps:
+
+- the optimised ATen graph (before lowering), pickled with its fake values;
+- how AOTAutograd's runtime maps the ATen graph's outputs back (effect tokens first; an output
+  that *is* an input, or a view of one, is rebuilt from that input), from its metadata. Graphs
+  whose runtime does more (mutations applied outside the graph, views of intermediates, deduped
+  or aliased inputs, tensor subclasses) are not recorded: ``reason`` says why;
+- the shape guards over the Dynamo graph's inputs, as Python clauses (``L['t3'].size()[1] ==
+  L['t0']``), and each input's kind, dtype and device: the checks Dynamo's guards made on them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.compiler import OptimisedGraph
+from npugraph_ex.passes.manager import copy_of
+
+KEPT_META = ("val", "tensor_meta", "stack_trace")
+"""Node meta kept in a stored graph: fake values for the capture, source lines for messages."""
+
+INPUT_NAME = re.compile(r"L\['t(\d+)'\]")
+
+
+@dataclass
+class GraphRecord:
+    """One compiled graph as the cache stores it (plain data: bytes, strings, tuples)."""
+
+    name: str
+    graph: bytes
+    """The optimised ATen graph, pickled by ``torch.fx._graph_pickler.GraphPickler``."""
+    static_indices: list[int]
+    failed_passes: list[str]
+    num_tokens: int
+    outputs: list[tuple[Any, ...]]
+    """Per user output: ``("graph", i)`` the graph's i-th output, ``("input", j)`` the j-th
+    input itself, ``("view", i, j)`` a view of the j-th input with the i-th output's layout."""
+    inputs: list[tuple[Any, ...]]
+    """Per Dynamo input: ``("int",)``, ``("tensor", dtype, device, requires_grad)`` or
+    ``("other", type name)``."""
+    mutated: list[int]
+    """Inputs the graph writes in place: none of them may share memory with another input."""
+    guards: list[str] = field(default_factory=list)
+    nodes: int = 0
+
+
+class GraphRecorder:
+    """Collects a :class:`GraphRecord` from a backend call, in two steps.
+
+    ``dynamo_graph`` when the backend receives Dynamo's graph; ``optimised`` when the compiler
+    has the optimised ATen graph; ``finish`` once Dynamo is done (shape guards may be added up
+    to the end of the compile).
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+        context = torch._guards.TracingContext.try_get()
+        self.fake_mode = context.fake_mode if context is not None else None
+        self.placeholders = [
+            node.meta.get("example_value") for node in gm.graph.find_nodes(op="placeholder")
+        ]
+        self.traced_files = sorted(
+            {code.co_filename for code in getattr(context, "traced_code", None) or ()}
+        )
+        self.record: GraphRecord | None = None
+        self.reason: str | None = None
+        if any(v is None for v in self.placeholders):
+            self.reason = "a graph input has no example value"
+        elif any(is_subclass(v) for v in self.placeholders):
+            self.reason = "a graph input is a tensor subclass"
+
+    def optimised(self, optimised: OptimisedGraph) -> None:
+        if self.reason is not None:
+            return
+        context = torch._guards.TracingContext.try_get()
+        metadata = getattr(context, "fw_metadata", None)
+        self.reason = unsupported_runtime(metadata, optimised, len(self.placeholders))
+        if self.reason is not None:
+            return
+        self.record = GraphRecord(
+            name=optimised.name,
+            graph=pickle_graph(optimised.gm),
+            static_indices=list(optimised.static_indices),
+            failed_passes=list(optimised.failed_passes),
+            num_tokens=len(metadata.tokens),
+            outputs=output_plan(metadata),
+            inputs=[input_kind(v) for v in self.placeholders],
+            mutated=[
+                i for i, info in enumerate(metadata.input_info) if info.mutates_data
+            ],
+            nodes=len(optimised.gm.graph.nodes),
+        )
+
+    def finish(self) -> GraphRecord | None:
+        """The record with its shape guards, or None (see ``reason``)."""
+        if self.record is not None and not self.record.guards:
+            self.record.guards = shape_guards(self.fake_mode, self.placeholders)
+        self.placeholders = []
+        self.fake_mode = None
+        return self.record
+
+
+def unsupported_runtime(metadata: Any, optimised: OptimisedGraph, num_inputs: int) -> str | None:
+    """Why AOTAutograd's runtime around this graph is more than the cache rebuilds, or None."""
+    from torch._functorch._aot_autograd.schemas import MutationType, OutputType
+
+    if metadata is None:
+        return "no AOTAutograd metadata"
+    if len(optimised.example_inputs) != num_inputs + len(metadata.tokens):
+        return "AOTAutograd changed the inputs (duplicated or aliased inputs)"
+    if any(info.mutation_type == MutationType.MUTATED_OUT_GRAPH for info in metadata.input_info):
+        return "an input mutation is applied outside the graph"
+    if metadata.num_intermediate_bases:
+        return "an output is a view of an intermediate"
+    supported = (
+        OutputType.non_alias,
+        OutputType.unsafe_view_alias,
+        OutputType.custom_function_view,
+        OutputType.is_input,
+        OutputType.alias_of_input,
+    )
+    for info in metadata.output_info:
+        if info.output_type not in supported:
+            return f"an output of kind {info.output_type.name}"
+    outputs = optimised.gm.graph.output_node().args[0]
+    if len(outputs) != len(metadata.tokens) + len(metadata.output_info):
+        return "the graph returns values AOTAutograd's runtime consumes"
+    return None
+
+
+def output_plan(metadata: Any) -> list[tuple[Any, ...]]:
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    plan = []
+    for index, info in enumerate(metadata.output_info):
+        if info.output_type == OutputType.is_input:
+            plan.append(("input", info.base_idx))
+        elif info.output_type == OutputType.alias_of_input:
+            plan.append(("view", index, info.base_idx))
+        else:
+            plan.append(("graph", index))
+    return plan
+
+
+def input_kind(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, torch.SymInt | int):
+        return ("int",)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.device, value.requires_grad)
+    return ("other", type(value).__name__)
+
+
+def is_subclass(value: Any) -> bool:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return isinstance(value, torch.Tensor) and is_traceable_wrapper_subclass(value)
+
+
+def shape_guards(fake_mode: Any, placeholders: list[Any]) -> list[str]:
+    """The shape environment's guards on ``placeholders`` (static sizes and strides included),
+    one Python clause each over ``L['t<i>']``."""
+    from torch._dynamo.source import LocalSource
+
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return []
+    sources = [LocalSource(f"t{i}") for i in range(len(placeholders))]
+    return list(shape_env.produce_guards(placeholders, sources, ignore_static=False))
+
+
+def pickle_graph(gm: torch.fx.GraphModule) -> bytes:
+    """``gm`` pickled with the node meta the capture reads; fake views become plain fake tensors
+    of the same layout (a fake view pickles its base's functionalisation state)."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    stored = copy_of(gm)
+    stored.meta = {}
+    for node in stored.graph.nodes:
+        node.meta = {k: plain_value(v) for k, v in node.meta.items() if k in KEPT_META}
+    return GraphPickler.dumps(stored, Options(ops_filter=None))
+
+
+def plain_value(value: Any) -> Any:
+    def plain(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v._base is not None:
+            with v.fake_mode:
+                return torch.empty_strided(v.size(), v.stride(), dtype=v.dtype, device=v.device)
+        return v
+
+    return torch.utils._pytree.tree_map(plain, value)
+
+
+def load_graph(data: bytes) -> torch.fx.GraphModule:
+    """A stored graph, its fake values in a new fake mode."""
+    from torch._subclasses import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    gm = GraphPickler.loads(data, FakeTensorMode(shape_env=ShapeEnv()))
+    gm.recompile()
+    return gm
+
+
+def referenced_inputs(clause: str) -> frozenset[int]:
+    return frozenset(int(i) for i in INPUT_NAME.findall(clause))
