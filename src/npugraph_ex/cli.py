@@ -14,10 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from npugraph_ex.bench import command as bench_command
+from npugraph_ex.cache import command as cache_command
 
 PROG = "npugraph-ex"
 
-SUBCOMMANDS = (bench_command.add_parser,)
+SUBCOMMANDS = (bench_command.add_parser, cache_command.add_parser)
 """Each registers one subcommand on the program's subparsers."""
 
 

@@ -56,8 +56,9 @@ def describe(
                 for k, v in value.items()
             ),
         )
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-        return ("callable", qualified_name(value))
+    if isinstance(value, type) or callable(value):
+        named = value if hasattr(value, "__qualname__") else type(value)
+        return ("callable", qualified_name(named))
     attributes = getattr(value, "__dict__", None)
     if attributes is None:
         return ("object", qualified_name(type(value)))
