@@ -18,7 +18,12 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
-from npugraph_ex.cache.graph_record import GraphRecord, load_graph, referenced_inputs
+from npugraph_ex.cache.graph_record import (
+    INPUT_NAME,
+    GraphRecord,
+    load_graph,
+    referenced_inputs,
+)
 from npugraph_ex.compiler import OptimisedGraph, build_graph_callable
 from npugraph_ex.config import Config
 from npugraph_ex.errors import NpuGraphExError
@@ -65,12 +70,15 @@ class CachedGraph:
         if last is not None and len(args) == len(last) and all(map(operator.is_, args, last)):
             return
         if len(args) != len(self.record.inputs):
-            raise Misfit(f"{len(args)} graph inputs, the stored graph takes {len(self.record.inputs)}")
+            raise Misfit(
+                f"{len(args)} graph inputs, the stored graph takes {len(self.record.inputs)}"
+            )
         changed = [
             i for i in range(len(args)) if last is None or args[i] is not last[i]
         ]
+        names = self.record.input_names or [f"input {i}" for i in range(len(args))]
         for i in changed:
-            check_kind(i, args[i], self.record.inputs[i])
+            check_kind(names[i], args[i], self.record.inputs[i])
         self.check_clauses(args, changed)
         self.check_aliasing(args, changed)
         self.last = tuple(args)
@@ -84,7 +92,15 @@ class CachedGraph:
                     continue
                 done.add(clause)
                 if not eval(code, SYMPY_INTERP, names):  # noqa: S307 - our own guard clauses
-                    raise Misfit(f"shape guard {clause} fails ({describe_inputs(clause, args)})")
+                    raise Misfit(self.failed_guard(clause, args))
+
+    def failed_guard(self, clause: str, args: Sequence[Any]) -> str:
+        """``clause`` in the user's names: ``2 <= L['x'].size()[0]`` rather than ``L['t0']``."""
+        names = self.record.input_names
+        indices = sorted(referenced_inputs(clause))
+        readable = INPUT_NAME.sub(lambda m: names[int(m.group(1))], clause)
+        values = ", ".join(f"{names[i]} is {shown(args[i])}" for i in indices)
+        return f"shape guard {readable} fails: {values}"
 
     def check_aliasing(self, args: Sequence[Any], changed: list[int]) -> None:
         if not self.mutated:
@@ -110,30 +126,25 @@ def output_value(entry: tuple[Any, ...], outputs: list[Any], args: Sequence[Any]
     return base.as_strided(out.size(), out.stride(), out.storage_offset())
 
 
-def check_kind(index: int, value: Any, kind: tuple[Any, ...]) -> None:
+def check_kind(name: str, value: Any, kind: tuple[Any, ...]) -> None:
     if kind[0] == "int":
         if not isinstance(value, int):
-            raise Misfit(f"input {index} is a {type(value).__name__}, the stored graph took an int")
+            raise Misfit(f"{name} is a {type(value).__name__}, the stored graph took an int")
         return
     if kind[0] == "tensor":
         _, dtype, device, requires_grad = kind
         if not isinstance(value, torch.Tensor):
-            raise Misfit(f"input {index} is a {type(value).__name__}, the stored graph took a tensor")
+            raise Misfit(f"{name} is a {type(value).__name__}, the stored graph took a tensor")
         if value.dtype != dtype or value.device != device:
             raise Misfit(
-                f"input {index} is {value.dtype} on {value.device}, the stored graph took "
+                f"{name} is {value.dtype} on {value.device}, the stored graph took "
                 f"{dtype} on {device}"
             )
         if value.requires_grad != requires_grad and torch.is_grad_enabled():
-            raise Misfit(f"input {index} has requires_grad={value.requires_grad}")
+            raise Misfit(f"{name} has requires_grad={value.requires_grad}")
         return
-    raise Misfit(f"input {index}: the stored graph took a {kind[1]}")
+    raise Misfit(f"{name}: the stored graph took a {kind[1]}")
 
 
-def describe_inputs(clause: str, args: Sequence[Any]) -> str:
-    parts = []
-    for index in sorted(referenced_inputs(clause)):
-        value = args[index]
-        shown = tuple(value.shape) if isinstance(value, torch.Tensor) else value
-        parts.append(f"t{index}={shown}")
-    return ", ".join(parts)
+def shown(value: Any) -> str:
+    return f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)

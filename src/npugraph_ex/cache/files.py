@@ -103,8 +103,8 @@ def check_private(path: Path) -> None:
     """Raise unless ``path`` is a regular file of this user that no one else can read or write."""
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
-        raise
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(path) from None
     except OSError as error:
         raise CacheFileError(f"{path}: cannot be read ({error})") from None
     if not stat.S_ISREG(info.st_mode):

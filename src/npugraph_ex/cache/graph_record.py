@@ -51,6 +51,8 @@ class GraphRecord:
     """Inputs the graph writes in place: none of them may share memory with another input."""
     guards: list[str] = field(default_factory=list)
     nodes: int = 0
+    input_names: list[str] = field(default_factory=list)
+    """Where Dynamo took each input from (``L['x']``, ``L['x'].size()[0]``), for messages."""
 
 
 class GraphRecorder:
@@ -64,9 +66,9 @@ class GraphRecorder:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
         context = torch._guards.TracingContext.try_get()
         self.fake_mode = context.fake_mode if context is not None else None
-        self.placeholders = [
-            node.meta.get("example_value") for node in gm.graph.find_nodes(op="placeholder")
-        ]
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        self.placeholders = [node.meta.get("example_value") for node in placeholders]
+        self.input_names = [input_name(node) for node in placeholders]
         self.traced_files = sorted(
             {code.co_filename for code in getattr(context, "traced_code", None) or ()}
         )
@@ -97,6 +99,7 @@ class GraphRecorder:
                 i for i, info in enumerate(metadata.input_info) if info.mutates_data
             ],
             nodes=len(optimised.gm.graph.nodes),
+            input_names=self.input_names,
         )
 
     def finish(self) -> GraphRecord | None:
@@ -148,6 +151,14 @@ def output_plan(metadata: Any) -> list[tuple[Any, ...]]:
         else:
             plan.append(("graph", index))
     return plan
+
+
+def input_name(node: torch.fx.Node) -> str:
+    from npugraph_ex.compat import source_name
+
+    graph_argument = node.meta.get("grapharg")
+    source = getattr(graph_argument, "source", None)
+    return source_name(source) if source is not None else node.name
 
 
 def input_kind(value: Any) -> tuple[Any, ...]:

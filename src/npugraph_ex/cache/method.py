@@ -110,16 +110,19 @@ class CachedMethod:
         if self.variants is None:
             self.load()
         state = (global_state(), describe(args), describe(kwargs))
+        reason = "its arguments' types, ranks, dtypes or values differ from every cached variant's"
         for variant in self.variants.get(state, ()):  # type: ignore[union-attr]
             try:
                 result = variant(self.method, args, kwargs)
             except Misfit as misfit:
                 self.counts["misfits"] += 1
-                self.warn("misfit", "a call does not fit the cached graphs (%s); compiling it "
-                          "and adding it to %s", misfit, self.path)
+                reason = str(misfit)
                 continue
             self.counts["hits"] += 1
             return result
+        if self.variants:
+            self.warn("misfit", "a call does not fit the cached graphs (%s); compiling it and "
+                      "adding it to %s", reason, self.path)
         return self.compile_call(state, args, kwargs)
 
     def load(self) -> None:
