@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import marshal
+import pickle
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ class FrameRecord:
     bindings: dict[str, tuple[str, ...]]
     """Installed global name -> ``("graph", i)``, ``("module", name)`` or
     ``("object", module, qualname)``."""
-    constants: dict[int, tuple[str, str]]
-    """Constant index -> (module, qualname) of the object it held."""
+    constants: dict[int, tuple[str, ...]]
+    """Constant index -> ``("object", module, qualname)`` of a class or function it held, or
+    ``("pickle", bytes)`` of another value ``marshal`` cannot store (a ``torch.device``)."""
 
 
 def record_frame(code: types.CodeType, f_globals: dict[str, Any]) -> tuple[FrameRecord, list[Any]]:
@@ -61,14 +63,39 @@ def record_frame(code: types.CodeType, f_globals: dict[str, Any]) -> tuple[Frame
     constants = {}
     replaced = list(code.co_consts)
     for index, constant in enumerate(code.co_consts):
-        if isinstance(constant, (type, types.FunctionType)):
-            constants[index] = importable(repr(constant), constant)[1:]
+        stored = stored_constant(constant)
+        if stored is not None:
+            constants[index] = stored
             replaced[index] = CONSTANT_MARK
     try:
         data = marshal.dumps(code.replace(co_consts=tuple(replaced)))
     except ValueError as error:
         raise FrameError(f"the bytecode holds a constant that cannot be stored ({error})") from None
     return FrameRecord(data, bindings, constants), graphs
+
+
+def stored_constant(constant: Any) -> tuple[Any, ...] | None:
+    """How to store a constant ``marshal`` cannot, or None when it can."""
+    if isinstance(constant, (type, types.FunctionType)):
+        return importable(repr(constant), constant)
+    try:
+        marshal.dumps(constant)
+    except ValueError:
+        try:
+            return ("pickle", pickle.dumps(constant))
+        except Exception as error:
+            raise FrameError(f"the bytecode holds a constant {constant!r} that cannot be "
+                             f"stored ({error})") from None
+    return None
+
+
+def loaded_constant(stored: tuple[Any, ...]) -> Any:
+    if stored[0] == "pickle":
+        return pickle.loads(stored[1])  # noqa: S301 - a private file of this user, checked
+    value = resolve(stored[1], stored[2])
+    if value is None:
+        raise FrameError(f"{stored[1]}.{stored[2]} cannot be imported")
+    return value
 
 
 def importable(name: str, value: Any) -> tuple[str, ...]:
@@ -101,10 +128,8 @@ def bind_frame(
             f"the method's closure changed: {code.co_freevars} -> {function.__code__.co_freevars}"
         )
     constants = list(code.co_consts)
-    for index, (module, qualname) in record.constants.items():
-        constants[index] = resolve(module, qualname)
-        if constants[index] is None:
-            raise FrameError(f"{module}.{qualname} cannot be imported")
+    for index, stored in record.constants.items():
+        constants[index] = loaded_constant(stored)
     code = code.replace(co_consts=tuple(constants))
     scope = dict(function.__globals__)
     for name, binding in record.bindings.items():
