@@ -1,0 +1,117 @@
+"""``cache_compile``'s argument checks, ``readable_cache`` and ``npugraph-ex cache``, in process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import npugraph_ex.inference
+from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
+from npugraph_ex.cli import main as cli_main
+from npugraph_ex.errors import ConfigError, ConfigTypeError
+from npugraph_ex.torchair_compat import CompilerConfig
+from models import make_mlp
+
+
+def plain_function(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+class NotAModule:
+    def method(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@pytest.mark.parametrize(
+    ("func", "named"),
+    [
+        (plain_function, "function plain_function"),
+        (NotAModule().method, "a method of NotAModule, which is not an nn.Module"),
+    ],
+)
+def test_only_a_modules_bound_method_is_cached(func: object, named: str) -> None:
+    with pytest.raises(ValueError, match="needs a bound method of a torch.nn.Module") as error:
+        npugraph_ex.inference.cache_compile(func)  # type: ignore[arg-type]
+    assert named in str(error.value)
+
+
+def test_bad_arguments_name_the_fix(tmp_path: Path) -> None:
+    forward = make_mlp().forward
+    with pytest.raises(TypeError, match="unexpected keyword argument 'cache_path'; it takes"):
+        npugraph_ex.inference.cache_compile(forward, cache_path=tmp_path)
+    with pytest.raises(ConfigError, match="unknown option"):
+        npugraph_ex.inference.cache_compile(forward, options={"capture_limt": 2})
+    with pytest.raises(ConfigTypeError, match="dynamic must be a bool"):
+        npugraph_ex.inference.cache_compile(forward, dynamic="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigTypeError, match="tp_rank must be an int"):
+        npugraph_ex.inference.cache_compile(forward, tp_rank="0")  # type: ignore[arg-type]
+
+
+def test_config_and_options_merge(tmp_path: Path) -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.static_capture_size_limit = 3
+    cached = npugraph_ex.inference.cache_compile(
+        make_mlp().forward, config=config, options={"clone_output": True}, cache_dir=tmp_path
+    )
+    assert (cached.config.capture_limit, cached.config.clone_output) == (3, True)
+
+
+def test_a_cached_call_is_eager_exact_and_readable(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    model = make_mlp()
+    cached = npugraph_ex.inference.cache_compile(model.forward, cache_dir=tmp_path)
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        assert torch.equal(cached(x), model(x))
+    assert cached.cache_info()["saved"] == 1
+    text = npugraph_ex.inference.readable_cache(tmp_path, print_output=False, file=tmp_path / "r.txt")
+    for part in ("method: ", "shape guards", "optimised graph", "caller bytecode", "__compiled_fn"):
+        assert part in text
+    assert (tmp_path / "r.txt").read_text().strip() == text.strip()
+
+    assert cli_main(["cache", "list", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert re.search(r"MLP\.forward, 1 variant\(s\), \d+ KiB, created .*, ok", listed)
+    assert cli_main(["cache", "clear", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 cache entry removed")
+    assert not list(tmp_path.rglob("compiled_module"))
+
+
+def test_missing_paths_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli_main(["cache", "show", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().out.strip() == (
+        f"npugraph-ex cache: {tmp_path / 'nowhere'}: no such cache file or folder"
+    )
+
+
+def test_files_are_private_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "entry" / "compiled_module"
+    write_entry(path, {"key": "k"}, b"payload")
+    header, payload = read_entry(path)
+    assert (header["key"], payload, path.stat().st_mode & 0o777) == ("k", b"payload", 0o600)
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(CacheFileError, match=r"truncated: 6 payload bytes, the header says 7"):
+        read_entry(path)
+    path.write_bytes(b"something else\n{}\n")
+    with pytest.raises(CacheFileError, match="not an npugraph_ex cache file"):
+        read_entry(path)
+
+
+def test_an_edited_traced_source_makes_the_entry_stale(tmp_path: Path) -> None:
+    import pickle
+
+    from npugraph_ex.cache.entry import load_variants
+
+    model = make_mlp()
+    cached = npugraph_ex.inference.cache_compile(model.forward, cache_dir=tmp_path)
+    with torch.no_grad():
+        cached(torch.randn(4, 32))
+    header, payload = read_entry(cached.path)
+    [variant] = pickle.loads(payload)
+    traced = sorted(variant.traced_files)[0]
+    variant.traced_files[traced] = "0" * 64
+    write_entry(cached.path, header, pickle.dumps([variant]))
+    with pytest.raises(CacheFileError, match=f"stale: {re.escape(traced)} changed since it was"):
+        load_variants(cached.key)
