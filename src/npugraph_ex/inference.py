@@ -68,12 +68,20 @@ def cache_compile(
         )
     for name in kwargs:
         if name not in ASCEND_ONLY_ARGUMENTS:
-            valid = "config, dynamic, cache_dir, global_rank, tp_rank, pp_rank, " \
-                    "custom_decompositions, options"
-            raise TypeError(f"cache_compile() got an unexpected keyword argument {name!r}; "
-                            f"it takes {valid}")
-        log_once(log, logging.WARNING, ("cache_compile", name),
-                 "npugraph_ex: cache_compile(%s=...) is for Ascend's graph engine; ignored", name)
+            valid = (
+                "config, dynamic, cache_dir, global_rank, tp_rank, pp_rank, "
+                "custom_decompositions, options"
+            )
+            raise TypeError(
+                f"cache_compile() got an unexpected keyword argument {name!r}; it takes {valid}"
+            )
+        log_once(
+            log,
+            logging.WARNING,
+            ("cache_compile", name),
+            "npugraph_ex: cache_compile(%s=...) is for Ascend's graph engine; ignored",
+            name,
+        )
     if not isinstance(dynamic, bool):
         raise ConfigTypeError(f"cache_compile: dynamic must be a bool, got {dynamic!r}")
     backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
@@ -107,7 +115,9 @@ def ranks_of(global_rank: int | None, tp_rank: int | None, pp_rank: int | None) 
 
 
 def readable_cache(
-    path: str | os.PathLike[str], print_output: bool = True, file: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    print_output: bool = True,
+    file: str | os.PathLike[str] | None = None,
 ) -> str:
     """What the cache file at ``path`` (or every cache file under the folder ``path``) holds:
     its key, versions and, per variant, the argument state, shape guards, graph and bytecode.
@@ -128,5 +138,3 @@ def describe_callable(func: Any) -> str:
         return f"a method of {type(func.__self__).__name__}, which is not an nn.Module"
     name = getattr(func, "__qualname__", None)
     return f"{type(func).__name__} {name}" if name else repr(func)
-
-

@@ -42,15 +42,18 @@ def main() -> None:
     warnings = Warnings()
     logging.getLogger("npugraph_ex").addHandler(warnings)
 
-    import npugraph_ex.inference
     from user_model import make  # noqa: PLC0415 - written by the test
+
+    import npugraph_ex.inference
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     model = make().eval().to(dtype)
     reference = copy.deepcopy(model)
     cached = npugraph_ex.inference.cache_compile(
-        model.forward, cache_dir=args.cache_dir, dynamic=not args.static,
+        model.forward,
+        cache_dir=args.cache_dir,
+        dynamic=not args.static,
         options=json.loads(args.options),
     )
     output_diffs = []

@@ -15,7 +15,7 @@ import pytest
 
 RUN = Path(__file__).with_name("cache_run.py")
 
-USER_MODEL = '''
+USER_MODEL = """
 import torch
 from torch import nn
 
@@ -34,7 +34,7 @@ class Model(nn.Module):
 
 def make():
     return Model()
-'''
+"""
 
 Runner = Callable[..., dict[str, Any]]
 

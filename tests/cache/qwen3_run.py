@@ -16,9 +16,8 @@ from torch import nn
 
 sys.path.insert(0, sys.argv[2])  # the tests folder, for the shared model builders
 
-from models import make_tiny_qwen3  # noqa: E402
-
 import npugraph_ex.inference  # noqa: E402
+from models import make_tiny_qwen3  # noqa: E402
 
 PROMPTS = (5, 7)
 NEW_TOKENS = 4

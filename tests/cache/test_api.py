@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import npugraph_ex.inference
+from models import make_mlp
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.errors import ConfigError, ConfigTypeError
 from npugraph_ex.torchair_compat import CompilerConfig
-from models import make_mlp
 
 
 def plain_function(x: torch.Tensor) -> torch.Tensor:
@@ -59,14 +59,18 @@ def test_config_and_options_merge(tmp_path: Path) -> None:
     assert (cached.config.capture_limit, cached.config.clone_output) == (3, True)
 
 
-def test_a_cached_call_is_eager_exact_and_readable(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_cached_call_is_eager_exact_and_readable(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     model = make_mlp()
     cached = npugraph_ex.inference.cache_compile(model.forward, cache_dir=tmp_path)
     x = torch.randn(4, 32)
     with torch.no_grad():
         assert torch.equal(cached(x), model(x))
     assert cached.cache_info()["saved"] == 1
-    text = npugraph_ex.inference.readable_cache(tmp_path, print_output=False, file=tmp_path / "r.txt")
+    text = npugraph_ex.inference.readable_cache(
+        tmp_path, print_output=False, file=tmp_path / "r.txt"
+    )
     for part in ("method: ", "shape guards", "optimised graph", "caller bytecode", "__compiled_fn"):
         assert part in text
     assert (tmp_path / "r.txt").read_text().strip() == text.strip()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 
 from conftest import RUN, run_fresh, write_model
-from npugraph_ex.cache.entry import load_variants
 from npugraph_ex.cache.files import read_entry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
@@ -71,7 +69,12 @@ def test_an_edited_method_is_a_new_entry(tmp_path: Path, cache_dir: Path) -> Non
     ("shapes", "misfits", "reason"),
     [
         pytest.param("2x3x16,3x16", 0, "ranks, dtypes or values differ", id="rank"),
-        pytest.param("1x16,3x16", 1, "shape guard 2 <= L['x'].size()[0] fails: L['x'].size()[0] is 1", id="size-1"),
+        pytest.param(
+            "1x16,3x16",
+            1,
+            "shape guard 2 <= L['x'].size()[0] fails: L['x'].size()[0] is 1",
+            id="size-1",
+        ),
     ],
 )
 def test_inputs_that_do_not_fit_recompile_and_extend_the_entry(

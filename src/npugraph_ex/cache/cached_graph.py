@@ -73,9 +73,7 @@ class CachedGraph:
             raise Misfit(
                 f"{len(args)} graph inputs, the stored graph takes {len(self.record.inputs)}"
             )
-        changed = [
-            i for i in range(len(args)) if last is None or args[i] is not last[i]
-        ]
+        changed = [i for i in range(len(args)) if last is None or args[i] is not last[i]]
         names = self.record.input_names or [f"input {i}" for i in range(len(args))]
         for i in changed:
             check_kind(names[i], args[i], self.record.inputs[i])

@@ -11,9 +11,10 @@ from npugraph_ex.errors import NpuGraphExError
 
 EXAMPLES = """\
 examples:
-  npugraph-ex cache list                      entries under $NPUGRAPH_EX_CACHE_HOME or ./.npugraph_ex_cache
-  npugraph-ex cache show .npugraph_ex_cache   key, guards, graphs and bytecode of every entry
-  npugraph-ex cache clear /srv/model-cache    remove every entry under that folder
+  npugraph-ex cache list                     entries under $NPUGRAPH_EX_CACHE_HOME
+                                             (default ./.npugraph_ex_cache)
+  npugraph-ex cache show .npugraph_ex_cache  key, guards, graphs and bytecode of each entry
+  npugraph-ex cache clear /srv/model-cache   remove every entry under that folder
 """
 
 
@@ -28,7 +29,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("action", choices=("list", "show", "clear"))
     parser.add_argument(
-        "path", nargs="?", type=Path, default=None,
+        "path",
+        nargs="?",
+        type=Path,
+        default=None,
         help="a cache folder, or one cache file for show (default: the default cache folder)",
     )
     parser.set_defaults(run=run)

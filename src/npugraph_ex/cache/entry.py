@@ -62,8 +62,10 @@ def entry_key(
     from npugraph_ex import __version__
 
     module, function = method.__self__, method.__func__
-    callables = [getattr(config, name) for name in ("post_grad_custom_pre_pass",
-                                                    "post_grad_custom_post_pass")]
+    callables = [
+        getattr(config, name)
+        for name in ("post_grad_custom_pre_pass", "post_grad_custom_post_pass")
+    ]
     parts = {
         "format": str(FORMAT),
         "npugraph_ex": __version__,

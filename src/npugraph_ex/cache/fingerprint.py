@@ -120,8 +120,14 @@ def code_parts(code: types.CodeType) -> tuple[Any, ...]:
     constants = tuple(
         code_parts(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts
     )
-    return (code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
-            code.co_code, constants, code.co_names, code.co_varnames, code.co_freevars)
+    return (
+        code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
+        code.co_code,
+        constants,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+    )
 
 
 def qualified_name(value: Any) -> str:

@@ -84,8 +84,9 @@ def stored_constant(constant: Any) -> tuple[Any, ...] | None:
         try:
             return ("pickle", pickle.dumps(constant))
         except Exception as error:
-            raise FrameError(f"the bytecode holds a constant {constant!r} that cannot be "
-                             f"stored ({error})") from None
+            raise FrameError(
+                f"the bytecode holds a constant {constant!r} that cannot be stored ({error})"
+            ) from None
     return None
 
 

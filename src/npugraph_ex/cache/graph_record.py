@@ -95,9 +95,7 @@ class GraphRecorder:
             num_tokens=len(metadata.tokens),
             outputs=output_plan(metadata),
             inputs=[input_kind(v) for v in self.placeholders],
-            mutated=[
-                i for i, info in enumerate(metadata.input_info) if info.mutates_data
-            ],
+            mutated=[i for i, info in enumerate(metadata.input_info) if info.mutates_data],
             nodes=len(optimised.gm.graph.nodes),
             input_names=self.input_names,
         )

@@ -82,7 +82,9 @@ class CachedMethod:
         self.cache_dir = cache_dir
         self.ranks = ranks
         self.recording = RecordingBackend(options)
-        self.compiled = torch.compile(method, backend=self.recording, dynamic=dynamic, fullgraph=True)
+        self.compiled = torch.compile(
+            method, backend=self.recording, dynamic=dynamic, fullgraph=True
+        )
         self.key: EntryKey | None = None
         self.variants: dict[Any, list[Variant]] | None = None
         self.uncached: str | None = None
@@ -121,8 +123,12 @@ class CachedMethod:
             self.counts["hits"] += 1
             return result
         if self.variants:
-            self.warn("misfit", "a call does not fit the cached graphs (%s); compiling it and "
-                      "adding it to %s", reason, self.path)
+            self.warn(
+                "misfit",
+                "a call does not fit the cached graphs (%s); compiling it and adding it to %s",
+                reason,
+                self.path,
+            )
         return self.compile_call(state, args, kwargs)
 
     def load(self) -> None:
@@ -131,7 +137,10 @@ class CachedMethod:
         if self.uncached is not None:
             return
         self.key = entry_key(
-            self.method, self.config, dynamic=self.dynamic, cache_dir=self.cache_dir,
+            self.method,
+            self.config,
+            dynamic=self.dynamic,
+            cache_dir=self.cache_dir,
             ranks=self.ranks,
         )
         try:
@@ -187,8 +196,10 @@ class CachedMethod:
         if len(compiled_fns) != 1:
             raise FrameError(f"the frame calls {len(compiled_fns)} graphs")
         files = {path: file_digest(path) for path in recorder.traced_files}
-        summary = f"{graph.name}: {len(graph.inputs)} inputs, {graph.nodes} nodes, " \
-                  f"{len(graph.guards)} shape guards"
+        summary = (
+            f"{graph.name}: {len(graph.inputs)} inputs, {graph.nodes} nodes, "
+            f"{len(graph.guards)} shape guards"
+        )
         return VariantRecord(state, frame, [graph], files, summary)
 
     def run_uncached(self, reason: str) -> None:
@@ -200,5 +211,10 @@ class CachedMethod:
 
     def warn(self, key: Any, message: str, *args: Any) -> None:
         name = f"{type(self.method.__self__).__name__}.{self.method.__func__.__name__}"
-        log_once(log, logging.WARNING, ("cache_compile", id(self), key),
-                 f"npugraph_ex: cache_compile: {name}: {message}", *args)
+        log_once(
+            log,
+            logging.WARNING,
+            ("cache_compile", id(self), key),
+            f"npugraph_ex: cache_compile: {name}: {message}",
+            *args,
+        )

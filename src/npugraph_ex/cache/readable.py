@@ -49,8 +49,9 @@ def summarise(path: Path) -> EntrySummary:
     except CacheFileError as error:
         problem = str(error)
     variants = header.get("variants", [])
-    return EntrySummary(path, header.get("method", "?"), len(variants), size,
-                        header.get("created", "?"), problem)
+    return EntrySummary(
+        path, header.get("method", "?"), len(variants), size, header.get("created", "?"), problem
+    )
 
 
 def list_entries(folder: Path) -> str:
@@ -61,8 +62,10 @@ def list_entries(folder: Path) -> str:
     for row in rows:
         status = "ok" if row.problem is None else f"UNUSABLE: {row.problem}"
         lines.append(f"- {row.path.relative_to(folder) if folder.is_dir() else row.path}")
-        lines.append(f"  {row.method}, {row.variants} variant(s), {row.size / 1024:.0f} KiB, "
-                     f"created {row.created}, {status}")
+        lines.append(
+            f"  {row.method}, {row.variants} variant(s), {row.size / 1024:.0f} KiB, "
+            f"created {row.created}, {status}"
+        )
     return "\n".join(lines)
 
 
