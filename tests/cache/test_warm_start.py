@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warm_runs import RUN, run_fresh, write_model
 
-from conftest import RUN, run_fresh, write_model
 from npugraph_ex.cache.files import read_entry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
