@@ -115,18 +115,13 @@ def compile_graph(
     optimised = OptimisedGraph(gm, list(example_inputs), static, list(passes.failed), name)
     if on_optimised is not None:
         on_optimised(optimised)
-    return build_graph_callable(optimised, config, passes)
+    return build_graph_callable(optimised, config)
 
 
-def build_graph_callable(
-    optimised: OptimisedGraph, config: Config, passes: PassManager | None = None
-) -> Callable[[list[Any]], Any]:
+def build_graph_callable(optimised: OptimisedGraph, config: Config) -> Callable[[list[Any]], Any]:
     """Lower an optimised graph and wrap it in a capture manager on its device's runtime."""
-    if passes is None:
-        passes = PassManager(PIPELINE, config, graph_name=optimised.name)
-    optimisation_failures = len(passes.failed)  # the passes before lowering, when shared
+    passes = PassManager(PIPELINE, config, graph_name=optimised.name)
     gm = passes(optimised.gm, optimised.example_inputs, lowering=True)
-    failed = optimised.failed_passes + passes.failed[optimisation_failures:]
     example_inputs, static = optimised.example_inputs, optimised.static_indices
     host = gm.meta.get(HOST_INTS)
     if host is not None:
@@ -143,7 +138,7 @@ def build_graph_callable(
     manager = CaptureManager(
         gm, facts, example_inputs, config, runtime, name=optimised.name, kernels=kernels
     )
-    manager.stats.failed_passes.update(failed)
+    manager.stats.failed_passes.update(optimised.failed_passes + passes.failed)
     return boxed(manager if host is None else host.wrap(manager))
 
 

@@ -20,7 +20,6 @@ import torch
 
 from npugraph_ex.cache.method import CachedMethod
 from npugraph_ex.cache.readable import readable_entries
-from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import ConfigTypeError
 from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend
@@ -85,11 +84,9 @@ def cache_compile(
     if not isinstance(dynamic, bool):
         raise ConfigTypeError(f"cache_compile: dynamic must be a bool, got {dynamic!r}")
     backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
-    merged = backend.merged(dict(options or {}))
-    Config.from_options(merged)  # a bad option fails here, not at the first call
-    return CachedMethod(
+    return CachedMethod(  # validates the options: a bad one fails here, not at the first call
         func,
-        options=merged,
+        options=backend.merged(dict(options or {})),
         dynamic=dynamic,
         cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
         ranks=ranks_of(global_rank, tp_rank, pp_rank),

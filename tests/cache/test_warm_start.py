@@ -38,6 +38,7 @@ def test_warm_process_traces_nothing_and_matches_eager(
     assert (warm["info"]["hits"], warm["info"]["compiled"], warm["info"]["saved"]) == (3, 0, 0)
     assert warm["max_output_diff"] == 0.0 and warm["buffer_diff"] == 0.0
     assert warm["warnings"] == []
+    assert first["info"]["build_seconds"] == 0.0 < warm["info"]["build_seconds"]
     [path] = entries(cache_dir)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 

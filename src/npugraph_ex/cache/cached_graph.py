@@ -12,6 +12,7 @@ evaluated.
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ class CachedGraph:
                 self.clauses.setdefault(index, []).append((clause, code))
         self.last: tuple[Any, ...] | None = None
         self.mutated = frozenset(record.mutated)
+        self.build_seconds = 0.0
 
     def __call__(self, *args: Any) -> list[Any]:
         self.check(args)
@@ -57,12 +59,15 @@ class CachedGraph:
         return [output_value(entry, outputs, args) for entry in self.record.outputs]
 
     def build(self) -> Callable[[list[Any]], Any]:
+        started = time.perf_counter()
         gm = load_graph(self.record.graph)
         examples = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
         optimised = OptimisedGraph(
             gm, examples, self.record.static_indices, self.record.failed_passes, self.record.name
         )
-        return build_graph_callable(optimised, self.config)
+        call = build_graph_callable(optimised, self.config)
+        self.build_seconds = time.perf_counter() - started
+        return call
 
     def check(self, args: Sequence[Any]) -> None:
         """Raise :class:`Misfit` unless ``args`` fit the stored graph."""
@@ -78,7 +83,7 @@ class CachedGraph:
         for i in changed:
             check_kind(names[i], args[i], self.record.inputs[i])
         self.check_clauses(args, changed)
-        self.check_aliasing(args, changed)
+        self.check_aliasing(args, changed, names)
         self.last = tuple(args)
 
     def check_clauses(self, args: Sequence[Any], changed: list[int]) -> None:
@@ -100,17 +105,19 @@ class CachedGraph:
         values = ", ".join(f"{names[i]} is {shown(args[i])}" for i in indices)
         return f"shape guard {readable} fails: {values}"
 
-    def check_aliasing(self, args: Sequence[Any], changed: list[int]) -> None:
+    def check_aliasing(self, args: Sequence[Any], changed: list[int], names: list[str]) -> None:
         if not self.mutated:
             return
         written = {args[i].untyped_storage().data_ptr(): i for i in self.mutated}
-        for i in changed if self.last is not None else range(len(args)):
+        for i in changed:
             value = args[i]
             if not isinstance(value, torch.Tensor) or value.device.type == "meta":
                 continue
             owner = written.get(value.untyped_storage().data_ptr())
             if owner is not None and owner != i:
-                raise Misfit(f"input {i} shares memory with input {owner}, which the graph writes")
+                raise Misfit(
+                    f"{names[i]} shares memory with {names[owner]}, which the graph writes"
+                )
 
 
 def output_value(entry: tuple[Any, ...], outputs: list[Any], args: Sequence[Any]) -> Any:

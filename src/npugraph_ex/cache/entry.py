@@ -99,9 +99,12 @@ def load_variants(key: EntryKey) -> list[VariantRecord]:
         variants = pickle.loads(payload)  # noqa: S301 - a private file of this user, checked
     except Exception as error:
         raise CacheFileError(f"{key.path}: unreadable payload ({error})") from None
+    digests: dict[str, str | None] = {}  # variants share most of their traced files
     for variant in variants:
         for path, expected in variant.traced_files.items():
-            if file_digest(path) != expected:
+            if path not in digests:
+                digests[path] = file_digest(path)
+            if digests[path] != expected:
                 raise CacheFileError(f"{key.path}: stale: {path} changed since it was traced")
     return variants
 

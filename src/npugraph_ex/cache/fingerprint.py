@@ -56,7 +56,7 @@ def describe(
                 for k, v in value.items()
             ),
         )
-    if isinstance(value, type) or callable(value):
+    if callable(value):  # classes too
         named = value if hasattr(value, "__qualname__") else type(value)
         return ("callable", qualified_name(named))
     attributes = getattr(value, "__dict__", None)

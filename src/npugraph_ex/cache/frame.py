@@ -39,10 +39,10 @@ class FrameError(NpuGraphExError):
 class FrameRecord:
     code: bytes
     """The marshalled bytecode, with importable objects among its constants replaced by marks."""
-    bindings: dict[str, tuple[str, ...]]
+    bindings: dict[str, tuple[Any, ...]]
     """Installed global name -> ``("graph", i)``, ``("module", name)`` or
     ``("object", module, qualname)``."""
-    constants: dict[int, tuple[str, ...]]
+    constants: dict[int, tuple[Any, ...]]
     """Constant index -> ``("object", module, qualname)`` of a class or function it held, or
     ``("pickle", bytes)`` of another value ``marshal`` cannot store (a ``torch.device``)."""
 
@@ -50,13 +50,13 @@ class FrameRecord:
 def record_frame(code: types.CodeType, f_globals: dict[str, Any]) -> tuple[FrameRecord, list[Any]]:
     """Store Dynamo's bytecode for a frame; also return the compiled functions it calls, in
     the order of their ``("graph", i)`` bindings."""
-    bindings: dict[str, tuple[str, ...]] = {}
+    bindings: dict[str, tuple[Any, ...]] = {}
     graphs: list[Any] = []
     for name in code.co_names:
         if name.startswith("__resume_at"):
             raise FrameError("the method has a graph break (Dynamo resumes in another frame)")
         if name.startswith(COMPILED_FN):
-            bindings[name] = ("graph", str(len(graphs)))
+            bindings[name] = ("graph", len(graphs))
             graphs.append(f_globals[name])
         elif name.startswith(INSTALLED) and name in f_globals:
             bindings[name] = importable(name, f_globals[name])
@@ -90,9 +90,12 @@ def stored_constant(constant: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def loaded_constant(stored: tuple[Any, ...]) -> Any:
+def loaded_value(stored: tuple[Any, ...]) -> Any:
+    """The value a ``("module", ...)``, ``("object", ...)`` or ``("pickle", ...)`` stands for."""
     if stored[0] == "pickle":
         return pickle.loads(stored[1])  # noqa: S301 - a private file of this user, checked
+    if stored[0] == "module":
+        return importlib.import_module(stored[1])
     value = resolve(stored[1], stored[2])
     if value is None:
         raise FrameError(f"{stored[1]}.{stored[2]} cannot be imported")
@@ -130,18 +133,11 @@ def bind_frame(
         )
     constants = list(code.co_consts)
     for index, stored in record.constants.items():
-        constants[index] = loaded_constant(stored)
+        constants[index] = loaded_value(stored)
     code = code.replace(co_consts=tuple(constants))
     scope = dict(function.__globals__)
     for name, binding in record.bindings.items():
-        if binding[0] == "graph":
-            scope[name] = graphs[int(binding[1])]
-        elif binding[0] == "module":
-            scope[name] = importlib.import_module(binding[1])
-        else:
-            scope[name] = resolve(binding[1], binding[2])
-            if scope[name] is None:
-                raise FrameError(f"{binding[1]}.{binding[2]} cannot be imported")
+        scope[name] = graphs[binding[1]] if binding[0] == "graph" else loaded_value(binding)
     rebuilt = types.FunctionType(
         code, scope, function.__name__, function.__defaults__, function.__closure__
     )

@@ -56,14 +56,13 @@ class GraphRecord:
 
 
 class GraphRecorder:
-    """Collects a :class:`GraphRecord` from a backend call, in two steps.
-
-    ``dynamo_graph`` when the backend receives Dynamo's graph; ``optimised`` when the compiler
-    has the optimised ATen graph; ``finish`` once Dynamo is done (shape guards may be added up
-    to the end of the compile).
+    """Collects a :class:`GraphRecord` from a backend call, in three steps: made when the
+    backend receives Dynamo's graph; ``optimised`` when the compiler has the optimised ATen
+    graph; ``finish`` once Dynamo is done (shape guards may be added up to the end of the
+    compile).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+    def __init__(self, gm: torch.fx.GraphModule):
         context = torch._guards.TracingContext.try_get()
         self.fake_mode = context.fake_mode if context is not None else None
         placeholders = gm.graph.find_nodes(op="placeholder")

@@ -41,7 +41,7 @@ class RecordingBackend:
         self.recorders: list[GraphRecorder] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        recorder = GraphRecorder(gm, example_inputs)
+        recorder = GraphRecorder(gm)
         compiled = npugraph_ex_backend(
             gm, example_inputs, options=self.options, on_optimised=recorder.optimised
         )
@@ -99,11 +99,15 @@ class CachedMethod:
         return self.key.path if self.key is not None else None
 
     def cache_info(self) -> dict[str, Any]:
-        """Counts of this method's calls by how they ran, and where its cache file is."""
+        """Counts of this method's calls by how they ran, where its cache file is, and the
+        seconds spent reading and checking that file (``load_seconds``) and loading and
+        lowering its graphs, each at its first call (``build_seconds``)."""
+        variants = [v for same_state in (self.variants or {}).values() for v in same_state]
         return {
             "path": str(self.path) if self.path else None,
-            "variants": sum(len(v) for v in (self.variants or {}).values()),
+            "variants": len(variants),
             "load_seconds": self.load_seconds,
+            "build_seconds": sum(g.build_seconds for v in variants for g in v.graphs),
             "uncached": self.uncached,
             **{name: self.counts[name] for name in ("hits", "compiled", "misfits", "saved")},
         }
@@ -164,7 +168,7 @@ class CachedMethod:
             self.run_uncached(f"the method has a graph break ({str(error).splitlines()[0]})")
             return self.compiled(*args, **kwargs)
         new = self.recording.recorders[before:]
-        if new and self.uncached is None:
+        if new:
             self.counts["compiled"] += 1
             self.store(state, new)
         return result
