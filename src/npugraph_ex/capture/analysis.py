@@ -16,6 +16,7 @@ import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from npugraph_ex.debug.source import source_line
+from npugraph_ex.passes.graph_facts import fake_value
 from npugraph_ex.schemas import argument_value
 
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
@@ -40,10 +41,6 @@ class GraphFacts:
     """Why the graph cannot be captured (op and source line), or None."""
     token_indices: frozenset[int] = frozenset()
     """Effect tokens (``with_effects`` ordering inputs): AOTAutograd passes None for them."""
-
-
-def fake_value(node: torch.fx.Node) -> Any:
-    return node.meta.get("val", node.meta.get("example_value"))
 
 
 def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
