@@ -14,14 +14,14 @@ from typing import Any
 import torch
 import torch.fx
 
-from npugraph_ex.capture.analysis import analyse_graph
+from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
-from npugraph_ex.passes.split_host_ints import HOST_INTS
+from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.base import DeviceRuntime
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
@@ -86,16 +86,43 @@ def boxed(fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
 
 
 @dataclass
-class OptimisedGraph:
-    """An AOT inference graph after the optimisation passes, before lowering: what the compile
-    cache stores and builds a capture manager from in a later process."""
+class LoweredGraph:
+    """An AOT inference graph after every pass, with the facts its capture manager is made
+    from. Its nodes' fake values are no longer needed: the compile cache stores it without them
+    and builds a capture manager from it in a later process."""
 
     gm: torch.fx.GraphModule
-    example_inputs: list[Any]
-    static_indices: list[int]
-    """Inputs that are parameters or buffers."""
+    facts: GraphFacts
+    host: HostInts | None
+    """The ints the graph's call computes on the host, or None."""
     failed_passes: list[str]
     name: str
+
+    @property
+    def call_inputs(self) -> int:
+        """How many arguments the call takes (data ints included)."""
+        return self.facts.num_inputs if self.host is None else self.host.call_inputs
+
+    @property
+    def call_outputs(self) -> int:
+        """How many values the call returns (data ints included)."""
+        host_outputs = 0 if self.host is None else len(self.host.outputs)
+        return len(self.gm.graph.output_node().args[0]) + host_outputs
+
+
+def lower_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config, name: str
+) -> LoweredGraph:
+    """Run the passes on an AOT inference graph and read the facts of the result."""
+    passes = PassManager(PIPELINE, config, graph_name=name)
+    gm = passes(gm, example_inputs)
+    static = static_input_indices(len(example_inputs))
+    host = gm.meta.get(HOST_INTS)
+    if host is not None:
+        example_inputs = host.example_inputs(example_inputs)
+        static = host.kept_indices(static)
+    facts = analyse_graph(gm, example_inputs, static)
+    return LoweredGraph(gm, facts, host, list(passes.failed), name)
 
 
 def compile_graph(
@@ -103,43 +130,31 @@ def compile_graph(
     example_inputs: Sequence[Any],
     config: Config,
     *,
-    on_optimised: Callable[[OptimisedGraph], None] | None = None,
+    on_lowered: Callable[[LoweredGraph], None] | None = None,
 ) -> Callable[[list[Any]], Any]:
-    """Optimise an AOT inference graph and wrap it in a capture manager; ``on_optimised`` sees
-    the graph between the optimisation and the lowering passes."""
+    """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
+    graph after the passes."""
     warn_unbuilt_options(config)
-    name = graph_name()
-    passes = PassManager(PIPELINE, config, graph_name=name)
-    gm = passes(gm, example_inputs, lowering=False)
-    static = static_input_indices(len(example_inputs))
-    optimised = OptimisedGraph(gm, list(example_inputs), static, list(passes.failed), name)
-    if on_optimised is not None:
-        on_optimised(optimised)
-    return build_graph_callable(optimised, config)
+    lowered = lower_graph(gm, example_inputs, config, graph_name())
+    if on_lowered is not None:
+        on_lowered(lowered)
+    return build_graph_callable(lowered, config)
 
 
-def build_graph_callable(optimised: OptimisedGraph, config: Config) -> Callable[[list[Any]], Any]:
-    """Lower an optimised graph and wrap it in a capture manager on its device's runtime."""
-    passes = PassManager(PIPELINE, config, graph_name=optimised.name)
-    gm = passes(optimised.gm, optimised.example_inputs, lowering=True)
-    example_inputs, static = optimised.example_inputs, optimised.static_indices
-    host = gm.meta.get(HOST_INTS)
-    if host is not None:
-        example_inputs = host.example_inputs(example_inputs)
-        static = host.kept_indices(static)
-    facts = analyse_graph(gm, example_inputs, static)
+def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:
+    """A capture manager for a lowered graph on its device's runtime, with the host ints'
+    arithmetic around it."""
+    gm, facts = lowered.gm, lowered.facts
     runtime = runtime_for(facts.device_type)
-    warn_unapplied_scopes(gm, runtime, optimised.name)
+    warn_unapplied_scopes(gm, runtime, lowered.name)
     kernels = (
         StaticKernelCompiler(gm, config, facts.device_type)
         if config.static_kernel_compile
         else None
     )
-    manager = CaptureManager(
-        gm, facts, example_inputs, config, runtime, name=optimised.name, kernels=kernels
-    )
-    manager.stats.failed_passes.update(optimised.failed_passes + passes.failed)
-    return boxed(manager if host is None else host.wrap(manager))
+    manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, kernels=kernels)
+    manager.stats.failed_passes.update(lowered.failed_passes)
+    return boxed(manager if lowered.host is None else lowered.host.wrap(manager))
 
 
 def compile_eagerly(

@@ -15,7 +15,7 @@ from typing import Any
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from npugraph_ex.compiler import OptimisedGraph, compile_eagerly, compile_graph
+from npugraph_ex.compiler import LoweredGraph, compile_eagerly, compile_graph
 from npugraph_ex.config import Config
 from npugraph_ex.model_floats import specialise_model_floats
 
@@ -26,13 +26,13 @@ def npugraph_ex_backend(
     *,
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
-    on_optimised: Callable[[OptimisedGraph], None] | None = None,
+    on_lowered: Callable[[LoweredGraph], None] | None = None,
 ) -> Any:
     """``torch.compile(model, backend="npugraph_ex", options={...})``.
 
     ``options`` are the flat option names of the options reference; ``mode`` is what
-    ``torch.compile(mode=...)`` passes. ``on_optimised`` sees each inference graph after the
-    optimisation passes (the compile cache records it there).
+    ``torch.compile(mode=...)`` passes. ``on_lowered`` sees each inference graph after the
+    passes (the compile cache records it there).
     """
     specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)
@@ -45,8 +45,6 @@ def npugraph_ex_backend(
         example_inputs,
         fw_compiler=functools.partial(compile_eagerly, config=config),
         bw_compiler=functools.partial(compile_eagerly, config=config),
-        inference_compiler=functools.partial(
-            compile_graph, config=config, on_optimised=on_optimised
-        ),
+        inference_compiler=functools.partial(compile_graph, config=config, on_lowered=on_lowered),
         keep_inference_input_mutations=True,
     )

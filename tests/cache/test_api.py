@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def test_a_cached_call_is_eager_exact_and_readable(
     text = npugraph_ex.inference.readable_cache(
         tmp_path, print_output=False, file=tmp_path / "r.txt"
     )
-    for part in ("method: ", "shape guards", "optimised graph", "caller bytecode", "__compiled_fn"):
+    for part in ("method: ", "shape guards", "lowered graph", "caller bytecode", "__compiled_fn"):
         assert part in text
     assert (tmp_path / "r.txt").read_text().strip() == text.strip()
 
@@ -119,3 +120,35 @@ def test_an_edited_traced_source_makes_the_entry_stale(tmp_path: Path) -> None:
     write_entry(cached.path, header, pickle.dumps([variant]))
     with pytest.raises(CacheFileError, match=f"stale: {re.escape(traced)} changed since it was"):
         load_variants(cached.key)
+
+
+class Shift(torch.nn.Module):
+    """``n`` is data (a token count): it enters arithmetic and a tensor operand, sizes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+        return self.lin(x) + torch.arange(8) * (n - 1), n + 1
+
+
+def test_a_stored_graph_keeps_its_host_ints(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    first, second = Shift(), Shift()
+    second.load_state_dict(first.state_dict())
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        npugraph_ex.inference.cache_compile(first.forward, cache_dir=tmp_path)(x, 3)
+        loaded = npugraph_ex.inference.cache_compile(second.forward, cache_dir=tmp_path)
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        results = [(loaded(x, 3), first(x, 3)) for _ in range(3)]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before
+    assert loaded.cache_info()["hits"] == 3 and loaded.cache_info()["compiled"] == 0
+    for (got, got_n), (want, want_n) in results:
+        assert torch.equal(got, want) and got_n == want_n == 4
+    [path] = tmp_path.rglob("compiled_module")
+    [variant] = pickle.loads(read_entry(path)[1])
+    [graph] = variant.graphs
+    assert graph.host is not None and graph.host.outputs == ((1, graph.host.order[-1][0]),)
+    assert graph.facts.num_inputs == len(graph.host.kept) + len(graph.host.operands)

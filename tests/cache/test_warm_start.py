@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from warm_runs import RUN, run_fresh, write_model
 
-from npugraph_ex.cache.files import read_entry
+from npugraph_ex.cache.files import FORMAT, read_entry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
 
@@ -103,7 +103,7 @@ def corrupt(path: Path, how: str) -> None:
     elif how == "flipped":
         path.write_bytes(data[:-10] + bytes(b ^ 0xFF for b in data[-10:]))
     elif how == "older-format":
-        path.write_bytes(data.replace(b'"format": 1', b'"format": 0', 1))
+        path.write_bytes(data.replace(f'"format": {FORMAT}'.encode(), b'"format": 0', 1))
     elif how == "shared":
         path.chmod(0o644)
 

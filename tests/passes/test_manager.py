@@ -141,20 +141,6 @@ def test_graphs_are_dumped_after_each_pass(tmp_path) -> None:
     assert "aten.sub.Tensor" in (folder / "01_after_post_grad_custom_pre_pass.py").read_text()
 
 
-def test_optimisation_and_lowering_run_apart_numbered_as_one_run(tmp_path) -> None:
-    x = torch.randn(3)
-    config = Config.from_options({"debug_dump_dir": str(tmp_path)})
-    ran = [p.name for p in PassManager(PIPELINE, config).selected()]
-    gm = make_fx(add_then_mul)(x)
-    gm = PassManager(PIPELINE, config, graph_name="apart")(gm, [x], lowering=False)
-    optimised = sorted(p.name for p in (tmp_path / "apart").iterdir())
-    assert optimised[-1] == f"{len(ran) - 1:02d}_after_{ran[-2]}.py"
-    PassManager(PIPELINE, config, graph_name="apart")(gm, [x], lowering=True)
-    everything = sorted(p.name for p in (tmp_path / "apart").iterdir())
-    assert ran[-1] == "split_host_ints"
-    assert everything == optimised + [f"{len(ran):02d}_after_split_host_ints.py"]
-
-
 def raise_on_mul(gm: torch.fx.GraphModule, example_inputs, config) -> None:
     """Rewrites the add, then fails on the mul: a half-applied pass if it were kept."""
     for node in gm.graph.nodes:

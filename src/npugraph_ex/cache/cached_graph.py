@@ -25,7 +25,7 @@ from npugraph_ex.cache.graph_record import (
     load_graph,
     referenced_inputs,
 )
-from npugraph_ex.compiler import OptimisedGraph, build_graph_callable
+from npugraph_ex.compiler import LoweredGraph, build_graph_callable
 from npugraph_ex.config import Config
 from npugraph_ex.errors import NpuGraphExError
 
@@ -60,12 +60,11 @@ class CachedGraph:
 
     def build(self) -> Callable[[list[Any]], Any]:
         started = time.perf_counter()
-        gm = load_graph(self.record.graph)
-        examples = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
-        optimised = OptimisedGraph(
-            gm, examples, self.record.static_indices, self.record.failed_passes, self.record.name
+        record = self.record
+        lowered = LoweredGraph(
+            load_graph(record.graph), record.facts, record.host, record.failed_passes, record.name
         )
-        call = build_graph_callable(optimised, self.config)
+        call = build_graph_callable(lowered, self.config)
         self.build_seconds = time.perf_counter() - started
         return call
 

@@ -4,7 +4,9 @@ A Dynamo graph reaches the backend as flat inputs (tensors and ints, parameters 
 AOTAutograd turns it into an ATen graph and wraps that graph in a runtime that takes and returns
 the Dynamo graph's values. The record keeps:
 
-- the optimised ATen graph (before lowering), pickled with its fake values;
+- the ATen graph after every pass, pickled without fake values (nothing that builds a capture
+  manager from it reads them), with the facts read from them (``GraphFacts``) and the plan of
+  the ints computed on the host (``HostInts``);
 - how AOTAutograd's runtime maps the ATen graph's outputs back (effect tokens first; an output
   that *is* an input, or a view of one, is rebuilt from that input), from its metadata. Graphs
   whose runtime does more (mutations applied outside the graph, views of intermediates, deduped
@@ -22,11 +24,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from npugraph_ex.compiler import OptimisedGraph
+from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.compiler import LoweredGraph
 from npugraph_ex.passes.manager import copy_of
+from npugraph_ex.passes.split_host_ints import HostInts
 
-KEPT_META = ("val", "tensor_meta", "stack_trace")
-"""Node meta kept in a stored graph: fake values for the capture, source lines for messages."""
+KEPT_META = ("stack_trace",)
+"""Node meta kept in a stored graph: source lines, for messages."""
 
 INPUT_NAME = re.compile(r"L\['t(\d+)'\]")
 
@@ -37,8 +41,9 @@ class GraphRecord:
 
     name: str
     graph: bytes
-    """The optimised ATen graph, pickled by ``torch.fx._graph_pickler.GraphPickler``."""
-    static_indices: list[int]
+    """The lowered ATen graph, pickled by ``torch.fx._graph_pickler.GraphPickler``."""
+    facts: GraphFacts
+    host: HostInts | None
     failed_passes: list[str]
     num_tokens: int
     outputs: list[tuple[Any, ...]]
@@ -57,9 +62,8 @@ class GraphRecord:
 
 class GraphRecorder:
     """Collects a :class:`GraphRecord` from a backend call, in three steps: made when the
-    backend receives Dynamo's graph; ``optimised`` when the compiler has the optimised ATen
-    graph; ``finish`` once Dynamo is done (shape guards may be added up to the end of the
-    compile).
+    backend receives Dynamo's graph; ``lowered`` when the compiler has the lowered ATen graph;
+    ``finish`` once Dynamo is done (shape guards may be added up to the end of the compile).
     """
 
     def __init__(self, gm: torch.fx.GraphModule):
@@ -78,24 +82,25 @@ class GraphRecorder:
         elif any(is_subclass(v) for v in self.placeholders):
             self.reason = "a graph input is a tensor subclass"
 
-    def optimised(self, optimised: OptimisedGraph) -> None:
+    def lowered(self, lowered: LoweredGraph) -> None:
         if self.reason is not None:
             return
         context = torch._guards.TracingContext.try_get()
         metadata = getattr(context, "fw_metadata", None)
-        self.reason = unsupported_runtime(metadata, optimised, len(self.placeholders))
+        self.reason = unsupported_runtime(metadata, lowered, len(self.placeholders))
         if self.reason is not None:
             return
         self.record = GraphRecord(
-            name=optimised.name,
-            graph=pickle_graph(optimised.gm),
-            static_indices=list(optimised.static_indices),
-            failed_passes=list(optimised.failed_passes),
+            name=lowered.name,
+            graph=pickle_graph(lowered.gm),
+            facts=lowered.facts,
+            host=lowered.host,
+            failed_passes=list(lowered.failed_passes),
             num_tokens=len(metadata.tokens),
             outputs=output_plan(metadata),
             inputs=[input_kind(v) for v in self.placeholders],
             mutated=[i for i, info in enumerate(metadata.input_info) if info.mutates_data],
-            nodes=len(optimised.gm.graph.nodes),
+            nodes=len(lowered.gm.graph.nodes),
             input_names=self.input_names,
         )
 
@@ -108,13 +113,13 @@ class GraphRecorder:
         return self.record
 
 
-def unsupported_runtime(metadata: Any, optimised: OptimisedGraph, num_inputs: int) -> str | None:
+def unsupported_runtime(metadata: Any, lowered: LoweredGraph, num_inputs: int) -> str | None:
     """Why AOTAutograd's runtime around this graph is more than the cache rebuilds, or None."""
     from torch._functorch._aot_autograd.schemas import MutationType, OutputType
 
     if metadata is None:
         return "no AOTAutograd metadata"
-    if len(optimised.example_inputs) != num_inputs + len(metadata.tokens):
+    if lowered.call_inputs != num_inputs + len(metadata.tokens):
         return "AOTAutograd changed the inputs (duplicated or aliased inputs)"
     if any(info.mutation_type == MutationType.MUTATED_OUT_GRAPH for info in metadata.input_info):
         return "an input mutation is applied outside the graph"
@@ -130,8 +135,7 @@ def unsupported_runtime(metadata: Any, optimised: OptimisedGraph, num_inputs: in
     for info in metadata.output_info:
         if info.output_type not in supported:
             return f"an output of kind {info.output_type.name}"
-    outputs = optimised.gm.graph.output_node().args[0]
-    if len(outputs) != len(metadata.tokens) + len(metadata.output_info):
+    if lowered.call_outputs != len(metadata.tokens) + len(metadata.output_info):
         return "the graph returns values AOTAutograd's runtime consumes"
     return None
 
@@ -185,34 +189,22 @@ def shape_guards(fake_mode: Any, placeholders: list[Any]) -> list[str]:
 
 
 def pickle_graph(gm: torch.fx.GraphModule) -> bytes:
-    """``gm`` pickled with the node meta the capture reads; fake views become plain fake tensors
-    of the same layout (a fake view pickles its base's functionalisation state)."""
+    """``gm`` pickled with the node meta in ``KEPT_META`` only."""
     from torch.fx._graph_pickler import GraphPickler, Options
 
     stored = copy_of(gm)
     stored.meta = {}
     for node in stored.graph.nodes:
-        node.meta = {k: plain_value(v) for k, v in node.meta.items() if k in KEPT_META}
+        node.meta = {k: v for k, v in node.meta.items() if k in KEPT_META}
     return GraphPickler.dumps(stored, Options(ops_filter=None))
 
 
-def plain_value(value: Any) -> Any:
-    def plain(v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and v._base is not None:
-            with v.fake_mode:
-                return torch.empty_strided(v.size(), v.stride(), dtype=v.dtype, device=v.device)
-        return v
-
-    return torch.utils._pytree.tree_map(plain, value)
-
-
 def load_graph(data: bytes) -> torch.fx.GraphModule:
-    """A stored graph, its fake values in a new fake mode."""
+    """A stored graph, ready to run."""
     from torch._subclasses import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    gm = GraphPickler.loads(data, FakeTensorMode(shape_env=ShapeEnv()))
+    gm = GraphPickler.loads(data, FakeTensorMode())  # no fake values to remake in it
     gm.recompile()
     return gm
 

@@ -43,7 +43,7 @@ class RecordingBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         recorder = GraphRecorder(gm)
         compiled = npugraph_ex_backend(
-            gm, example_inputs, options=self.options, on_optimised=recorder.optimised
+            gm, example_inputs, options=self.options, on_lowered=recorder.lowered
         )
         self.recorders.append(recorder)
         return compiled
@@ -100,8 +100,8 @@ class CachedMethod:
 
     def cache_info(self) -> dict[str, Any]:
         """Counts of this method's calls by how they ran, where its cache file is, and the
-        seconds spent reading and checking that file (``load_seconds``) and loading and
-        lowering its graphs, each at its first call (``build_seconds``)."""
+        seconds spent reading and checking that file (``load_seconds``) and unpickling its
+        graphs and making their capture managers, each at its first call (``build_seconds``)."""
         variants = [v for same_state in (self.variants or {}).values() for v in same_state]
         return {
             "path": str(self.path) if self.path else None,

@@ -101,7 +101,7 @@ def readable_entry(path: Path) -> str:
         for graph in variant.graphs:
             lines.append(title(f"{graph.name}: shape guards"))
             lines.extend(graph.guards or ["(none)"])
-            lines.append(title(f"{graph.name}: optimised graph"))
+            lines.append(title(f"{graph.name}: lowered graph"))
             lines.append(load_graph(graph.graph).code.strip())
         lines.append(title("caller bytecode"))
         stream = io.StringIO()

@@ -41,6 +41,9 @@ class GraphFacts:
     """Why the graph cannot be captured (op and source line), or None."""
     token_indices: frozenset[int] = frozenset()
     """Effect tokens (``with_effects`` ordering inputs): AOTAutograd passes None for them."""
+    tensor_indices: frozenset[int] = frozenset()
+    """Inputs that are tensors (effect tokens excluded); the others are ints and other values."""
+    num_inputs: int = 0
 
 
 def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
@@ -143,7 +146,10 @@ def analyse_graph(
 ) -> GraphFacts:
     """Read the facts the capture manager needs from an optimised ATen graph."""
     placeholders = gm.graph.find_nodes(op="placeholder")
-    values = [fake_value(node) for node in placeholders] or list(example_inputs)
+    values = [
+        example if (value := fake_value(node)) is None else value
+        for node, example in zip(placeholders, example_inputs, strict=False)
+    ] or list(example_inputs)
     devices = graph_devices(values) | graph_devices(
         fake_value(node) for node in gm.graph.nodes if node.op == "call_function"
     )
@@ -159,11 +165,16 @@ def analyse_graph(
             is_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
             if is_cpu and index not in host_scalars and blocker is None:
                 blocker = f"CPU tensor input {placeholders[index].name} in a {device_type} graph"
+    tokens = effect_tokens(gm.graph)
     return GraphFacts(
         device_type=device_type,
         static_indices=frozenset(static_indices),
         mutated_indices=mutated_inputs(gm.graph),
         host_scalar_indices=host_scalars,
         blocker=blocker or find_blocker(gm, device_type),
-        token_indices=effect_tokens(gm.graph),
+        token_indices=tokens,
+        tensor_indices=frozenset(
+            i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and i not in tokens
+        ),
+        num_inputs=len(values),
     )

@@ -45,18 +45,14 @@ class StagedInputs:
 class InputLayout:
     """The role of every graph input, and the per-call operations derived from it."""
 
-    def __init__(self, facts: GraphFacts, example_inputs: Sequence[Any], *, frozen: bool):
+    def __init__(self, facts: GraphFacts, *, frozen: bool):
         self.static = tuple(sorted(facts.static_indices - facts.mutated_indices))
         self.mutated = tuple(sorted(facts.mutated_indices))
         self.host_scalar = tuple(sorted(facts.host_scalar_indices - facts.mutated_indices))
         roles = set(self.static) | set(self.mutated) | set(self.host_scalar)
-        tensors = [
-            i
-            for i, v in enumerate(example_inputs)
-            if isinstance(v, torch.Tensor) and i not in facts.token_indices
-        ]
-        self.copied = tuple(i for i in tensors if i not in roles)
-        self.values = tuple(i for i in range(len(example_inputs)) if i not in roles | set(tensors))
+        tensors = facts.tensor_indices
+        self.copied = tuple(sorted(tensors - roles))
+        self.values = tuple(i for i in range(facts.num_inputs) if i not in roles | tensors)
         self.keyed_addresses = () if frozen else self.static
         self.shaped = self.copied + self.mutated
 

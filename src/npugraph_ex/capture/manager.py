@@ -92,7 +92,6 @@ class CaptureManager:
         self,
         fn: Callable[..., Any],
         facts: GraphFacts,
-        example_inputs: Sequence[Any],
         config: Config,
         runtime: DeviceRuntime,
         *,
@@ -105,7 +104,7 @@ class CaptureManager:
         self.facts = facts
         self.config = config
         self.runtime = runtime
-        self.layout = io.InputLayout(facts, example_inputs, frozen=config.frozen_parameter)
+        self.layout = io.InputLayout(facts, frozen=config.frozen_parameter)
         self.pools = PoolPolicy(config, runtime)
         self.entries: dict[tuple, CapturedKey] = {}
         self.captures_made = 0

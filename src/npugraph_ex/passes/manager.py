@@ -42,9 +42,6 @@ class GraphPass:
     run: PassFn
     enabled: Callable[[Config], bool] = always
     """Whether the options turn this pass on."""
-    lowering: bool = False
-    """Whether the pass prepares the graph for this process's capture rather than optimising
-    it: the compile cache stores graphs before these passes and runs them when it loads one."""
 
 
 class PassManager:
@@ -73,19 +70,11 @@ class PassManager:
         return [p for p in self.passes if p.enabled(self.config) and p.name not in disabled]
 
     def __call__(
-        self,
-        gm: torch.fx.GraphModule,
-        example_inputs: Sequence[Any],
-        *,
-        lowering: bool | None = None,
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ) -> torch.fx.GraphModule:
-        """Run the selected passes: all of them, or with ``lowering`` only the lowering passes
-        (True) or only the others (False), numbered as in a run of all of them."""
-        if lowering is not True:
-            self.dump(gm, 0, "input")
+        """Run the selected passes in order; the graph after the last."""
+        self.dump(gm, 0, "input")
         for number, graph_pass in enumerate(self.selected(), start=1):
-            if lowering is not None and graph_pass.lowering != lowering:
-                continue
             started = time.perf_counter()
             before = copy_of(gm)
             try:

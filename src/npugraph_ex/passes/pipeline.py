@@ -50,5 +50,5 @@ PIPELINE: tuple[GraphPass, ...] = (
     GraphPass("dead_code_elimination", eliminate_dead_code),
     GraphPass("inplace_pass", reinplace, enabled=for_capture("inplace_pass")),
     GraphPass("input_inplace_pass", reinplace_inputs, enabled=for_capture("input_inplace_pass")),
-    GraphPass("split_host_ints", split_host_ints_pass, lowering=True),
+    GraphPass("split_host_ints", split_host_ints_pass),
 )

@@ -87,47 +87,56 @@ def tensor_operand(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     return found
 
 
+@dataclass(frozen=True)
+class HostValue:
+    """An argument of host arithmetic that is another host value: the node of that name."""
+
+    name: str
+
+
 @dataclass
 class HostInts:
-    """The host side of a graph whose data ints were taken out (see the module docstring)."""
+    """The host side of a graph whose data ints were taken out (see the module docstring).
+
+    Plain data (node names, ``operator`` and ``torch.sym_*`` functions, devices): the compile
+    cache stores it with the graph.
+    """
 
     kept: tuple[int, ...]
     """Positions of the call's arguments the device graph still takes, in its input order."""
-    order: tuple[tuple[torch.fx.Node, Any, tuple[Any, ...]], ...]
-    """Host nodes (inputs, and arithmetic with its target and arguments) in the order they
-    compute; the nodes themselves have left the graph."""
-    positions: dict[torch.fx.Node, int]
+    order: tuple[tuple[str, Any, tuple[Any, ...]], ...]
+    """Host values (inputs, and arithmetic with its target and arguments) by node name, in the
+    order they compute; an input's target is None."""
+    positions: dict[str, int]
     """Each removed input's position in the call's arguments."""
-    operands: tuple[tuple[torch.fx.Node, torch.device], ...]
+    operands: tuple[tuple[str, torch.device], ...]
     """Host values passed to the device graph as 0-d int64 tensors, appended to its inputs."""
-    operand_examples: tuple[Any, ...]
-    """The fake values of those inputs, for the capture manager's example inputs."""
-    outputs: tuple[tuple[int, torch.fx.Node], ...]
-    """Output positions the host fills, each with a host node's value."""
+    outputs: tuple[tuple[int, str], ...]
+    """Output positions the host fills, each with a host value."""
 
-    def values(self, args: Sequence[Any]) -> dict[torch.fx.Node, int]:
-        env: dict[torch.fx.Node, int] = {}
-        for node, target, node_args in self.order:
+    def values(self, args: Sequence[Any]) -> dict[str, int]:
+        env: dict[str, int] = {}
+        for name, target, target_args in self.order:
             if target is None:
-                env[node] = args[self.positions[node]]
+                env[name] = args[self.positions[name]]
             else:
-                env[node] = target(
-                    *[env[a] if isinstance(a, torch.fx.Node) else a for a in node_args]
+                env[name] = target(
+                    *[env[a.name] if isinstance(a, HostValue) else a for a in target_args]
                 )
         return env
 
-    def device_args(self, args: Sequence[Any], env: dict[torch.fx.Node, int]) -> list[Any]:
+    def device_args(self, args: Sequence[Any], env: dict[str, int]) -> list[Any]:
         kept = [args[i] for i in self.kept]
         kept += [
-            torch.full((), env[node], dtype=torch.int64, device=device)
-            for node, device in self.operands
+            torch.full((), env[name], dtype=torch.int64, device=device)
+            for name, device in self.operands
         ]
         return kept
 
-    def merge(self, outputs: list[Any], env: dict[torch.fx.Node, int]) -> list[Any]:
+    def merge(self, outputs: list[Any], env: dict[str, int]) -> list[Any]:
         merged = list(outputs)
-        for position, node in self.outputs:  # ascending: each lands where the graph had it
-            merged.insert(position, env[node])
+        for position, name in self.outputs:  # ascending: each lands where the graph had it
+            merged.insert(position, env[name])
         return merged
 
     def wrap(self, call: Callable[[list[Any]], list[Any]]) -> Callable[[list[Any]], list[Any]]:
@@ -138,13 +147,20 @@ class HostInts:
         return run
 
     def example_inputs(self, example_inputs: Sequence[Any]) -> list[Any]:
-        return [example_inputs[i] for i in self.kept] + list(self.operand_examples)
+        """The device graph's example inputs: the kept ones, then None for each operand (its
+        placeholder carries its fake value)."""
+        return [example_inputs[i] for i in self.kept] + [None] * len(self.operands)
 
     def kept_indices(self, indices: Sequence[int]) -> list[int]:
         """Where the call's inputs at ``indices`` sit among the device graph's inputs (those it
         still takes)."""
         position = {index: new for new, index in enumerate(self.kept)}
         return [position[i] for i in indices if i in position]
+
+    @property
+    def call_inputs(self) -> int:
+        """How many arguments the call takes."""
+        return len(self.kept) + len(self.positions)
 
 
 def eligible_inputs(graph: torch.fx.Graph) -> dict[torch.fx.Node, set[torch.fx.Node]]:
@@ -195,41 +211,44 @@ def split_host_ints(gm: torch.fx.GraphModule) -> HostInts | None:
     if not found:
         return None
     placeholders = graph.find_nodes(op="placeholder")
-    positions = {node: placeholders.index(node) for node in found}
+    positions = {node.name: placeholders.index(node) for node in found}
     host = set(found).union(*found.values())
-    order = tuple(
-        (node, None if node.op == "placeholder" else node.target, node.args)
-        for node in graph.nodes
-        if node in host
-    )
-    operands, operand_examples = tensor_operands(graph, host, placeholders)
+    host_nodes = [node for node in graph.nodes if node in host]
+    order = tuple(host_step(node) for node in host_nodes)
+    operands = tensor_operands(graph, host, placeholders)
     output = graph.output_node()
     results = list(output.args[0])
     host_outputs = tuple(
-        (position, result)
+        (position, result.name)
         for position, result in enumerate(results)
         if isinstance(result, torch.fx.Node) and result in host
     )
     output.args = (tuple(r for r in results if not (isinstance(r, torch.fx.Node) and r in host)),)
-    for node, _, _ in reversed(order):
-        graph.erase_node(node)  # clears the node's own arguments: ``order`` keeps them
+    for node in reversed(host_nodes):
+        graph.erase_node(node)
     gm.recompile()
     return HostInts(
         kept=tuple(i for i in range(len(placeholders)) if i not in positions.values()),
         order=order,
         positions=positions,
         operands=operands,
-        operand_examples=operand_examples,
         outputs=host_outputs,
     )
 
 
+def host_step(node: torch.fx.Node) -> tuple[str, Any, tuple[Any, ...]]:
+    """One entry of ``HostInts.order`` for a host node."""
+    if node.op == "placeholder":
+        return (node.name, None, ())
+    return (node.name, node.target, torch.fx.node.map_arg(node.args, lambda a: HostValue(a.name)))
+
+
 def tensor_operands(
     graph: torch.fx.Graph, host: set[torch.fx.Node], placeholders: list[torch.fx.Node]
-) -> tuple[tuple[tuple[torch.fx.Node, torch.device], ...], tuple[Any, ...]]:
+) -> tuple[tuple[str, torch.device], ...]:
     """Replace every host node used as a tensor operand by a new 0-d int64 input on the device
-    of its user's tensors. The (node, device) pairs in the order of the new inputs, and their
-    fake values."""
+    of its user's tensors (with its fake value). The (node name, device) pairs in the order of
+    the new inputs."""
     fake_mode = torch._guards.detect_fake_mode([fake_value(n) for n in placeholders])
     last_input = placeholders[-1]
     made: dict[tuple[torch.fx.Node, torch.device], torch.fx.Node] = {}
@@ -245,7 +264,7 @@ def tensor_operands(
                 replacement.meta["val"] = zero_dim_int(fake_mode, device)
                 made[key] = last_input = replacement
             user.replace_input_with(node, made[key])
-    return tuple(made), tuple(n.meta["val"] for n in made.values())
+    return tuple((node.name, device) for node, device in made)
 
 
 def zero_dim_int(fake_mode: Any, device: torch.device) -> torch.Tensor:
