@@ -70,6 +70,15 @@ OPTIONS = [
         ConfigError,
     ),
     ("data_dump_dir", pathlib.Path("dumps"), "dumps", 3, "a str or os.PathLike", ConfigTypeError),
+    (
+        "data_dump_nodes",
+        ["aten.mm.*", "add_1"],
+        ("aten.mm.*", "add_1"),
+        [3],
+        "a list or tuple of patterns (str), or one str of them",
+        ConfigTypeError,
+    ),
+    ("data_dump_calls", "0|2-4", "0|2-4", 2, "a str of calls such as '0|2-4'", ConfigTypeError),
     ("deadlock_check", True, True, 1, BOOL, ConfigTypeError),
     ("super_kernel_optimize", True, True, 1, BOOL, ConfigTypeError),
     (

@@ -78,6 +78,8 @@ MAPPINGS = [
     ),
     ("dump_config.enable_dump", True, {"dump_tensor_data": True}),
     ("dump_config.dump_path", "dumps", {"data_dump_dir": "dumps"}),
+    ("dump_config.dump_step", "0|3-5", {"data_dump_calls": "0|3-5"}),
+    ("dump_config.dump_layer", ("mm_1", "add_*"), {"data_dump_nodes": ("mm_1", "add_*")}),
     ("post_grad_custom_pre_pass", custom_pass, {"post_grad_custom_pre_pass": custom_pass}),
     ("post_grad_custom_post_pass", custom_pass, {"post_grad_custom_post_pass": custom_pass}),
     ("debug.aclgraph.remove_cat_ops", False, {"remove_cat_ops": False}),
@@ -302,7 +304,8 @@ def test_unknown_name_without_close_match() -> None:
     with pytest.raises(AttributeError) as info:
         config.dump_config.zzz = 1
     assert str(info.value) == (
-        "CompilerConfig().dump_config has no option 'zzz'. Valid names here: dump_path, enable_dump"
+        "CompilerConfig().dump_config has no option 'zzz'. Valid names here: dump_layer, "
+        "dump_path, dump_step, enable_dump"
     )
     assert not hasattr(config.experimental_config, "frozen_parameters")
 

@@ -17,9 +17,10 @@ import torch.fx
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
+from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
-from npugraph_ex.passes.manager import PassManager
+from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
 from npugraph_ex.runtime import runtime_for
@@ -29,11 +30,7 @@ from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
 log = logging.getLogger(__name__)
 
 
-UNBUILT_OPTIONS = (
-    "dump_tensor_data",
-    "data_dump_stage",
-    "deadlock_check",
-)
+UNBUILT_OPTIONS = ("deadlock_check",)
 """Accepted and validated options whose feature this version does not have yet."""
 
 
@@ -97,6 +94,9 @@ class LoweredGraph:
     """The ints the graph's call computes on the host, or None."""
     failed_passes: list[str]
     name: str
+    original: torch.fx.GraphModule | None = None
+    """The graph before the passes, kept where its tensors are dumped
+    (``data_dump_stage="original"``)."""
 
     @property
     def call_inputs(self) -> int:
@@ -114,6 +114,9 @@ def lower_graph(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config, name: str
 ) -> LoweredGraph:
     """Run the passes on an AOT inference graph and read the facts of the result."""
+    mark_origins(gm.graph)
+    dumps_original = config.dump_tensor_data and config.data_dump_stage == "original"
+    original = copy_of(gm) if dumps_original else None
     passes = PassManager(PIPELINE, config, graph_name=name)
     gm = passes(gm, example_inputs)
     static = static_input_indices(len(example_inputs))
@@ -122,7 +125,7 @@ def lower_graph(
         example_inputs = host.example_inputs(example_inputs)
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
-    return LoweredGraph(gm, facts, host, list(passes.failed), name)
+    return LoweredGraph(gm, facts, host, list(passes.failed), name, original)
 
 
 def compile_graph(
@@ -152,9 +155,21 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         if config.static_kernel_compile
         else None
     )
-    manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, kernels=kernels)
+    dumper = TensorDumper(config, lowered.name) if config.dump_tensor_data else None
+    manager = CaptureManager(
+        gm,
+        facts,
+        config,
+        runtime,
+        name=lowered.name,
+        kernels=kernels,
+        dumper=dumper if lowered.original is None else None,
+    )
     manager.stats.failed_passes.update(lowered.failed_passes)
-    return boxed(manager if lowered.host is None else lowered.host.wrap(manager))
+    call = manager if lowered.host is None else lowered.host.wrap(manager)
+    if dumper is not None and lowered.original is not None:
+        call = dumping_original(call, lowered.original, dumper)
+    return boxed(call)
 
 
 def compile_eagerly(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from npugraph_ex.debug.calls import parse_calls
 from npugraph_ex.errors import ConfigError, ConfigTypeError
 
 __all__ = ["OPTION_NAMES", "Config"]
@@ -133,6 +134,24 @@ def _check_names(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _check_patterns(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        _fail(name, "a list or tuple of patterns (str), or one str of them", value, ConfigTypeError)
+    return tuple(value)
+
+
+def _check_calls(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        _fail(name, "a str of calls such as '0|2-4'", value, ConfigTypeError)
+    try:
+        parse_calls(value)
+    except ValueError as error:
+        _fail(name, f"calls such as '0|2-4' ({error})", value)
+    return value
+
+
 def _option(default: Any, check: _Check) -> Any:
     return field(default=default, metadata={"check": check})
 
@@ -219,6 +238,13 @@ class Config:
 
     data_dump_dir: str = _option("./", _check_path)
     """Existing folder for tensor dumps; an os.PathLike is stored as str."""
+
+    data_dump_nodes: tuple[str, ...] = _option((), _check_patterns)
+    """Dump only nodes whose name or op matches one of these shell patterns (``"aten.mm.*"``,
+    ``"mul_*"``); a str is split at whitespace; empty dumps every node."""
+
+    data_dump_calls: str = _option("", _check_calls)
+    """Dump only these calls of each graph, counted from 0: ``"0|2-4"``; empty dumps every call."""
 
     deadlock_check: bool = _option(False, _check_bool)
     """Check for collective-communication deadlocks while capturing."""

@@ -137,6 +137,8 @@ _TREE: _Tree = {
     "dump_config": {
         "enable_dump": _Leaf("dump_tensor_data"),
         "dump_path": _Leaf("data_dump_dir"),
+        "dump_step": _Leaf("data_dump_calls"),
+        "dump_layer": _Leaf("data_dump_nodes"),
     },
 }
 

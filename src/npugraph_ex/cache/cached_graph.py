@@ -61,8 +61,14 @@ class CachedGraph:
     def build(self) -> Callable[[list[Any]], Any]:
         started = time.perf_counter()
         record = self.record
+        original = load_graph(record.original) if record.original is not None else None
         lowered = LoweredGraph(
-            load_graph(record.graph), record.facts, record.host, record.failed_passes, record.name
+            load_graph(record.graph),
+            record.facts,
+            record.host,
+            record.failed_passes,
+            record.name,
+            original,
         )
         call = build_graph_callable(lowered, self.config)
         self.build_seconds = time.perf_counter() - started

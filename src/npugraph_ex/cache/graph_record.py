@@ -26,11 +26,12 @@ import torch.fx
 
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.compiler import LoweredGraph
+from npugraph_ex.debug.dump import ORIGIN
 from npugraph_ex.passes.manager import copy_of
 from npugraph_ex.passes.split_host_ints import HostInts
 
-KEPT_META = ("stack_trace",)
-"""Node meta kept in a stored graph: source lines, for messages."""
+KEPT_META = ("stack_trace", ORIGIN)
+"""Node meta kept in a stored graph: source lines, for messages, and origins, for dumps."""
 
 INPUT_NAME = re.compile(r"L\['t(\d+)'\]")
 
@@ -42,6 +43,7 @@ class GraphRecord:
     name: str
     graph: bytes
     """The lowered ATen graph, pickled by ``torch.fx._graph_pickler.GraphPickler``."""
+    original: bytes | None
     facts: GraphFacts
     host: HostInts | None
     failed_passes: list[str]
@@ -93,6 +95,7 @@ class GraphRecorder:
         self.record = GraphRecord(
             name=lowered.name,
             graph=pickle_graph(lowered.gm),
+            original=pickle_graph(lowered.original) if lowered.original is not None else None,
             facts=lowered.facts,
             host=lowered.host,
             failed_passes=list(lowered.failed_passes),

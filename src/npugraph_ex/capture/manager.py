@@ -20,14 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch.fx
+
 from npugraph_ex.capture import inputs as io
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
+from npugraph_ex.debug.dump import CallDump, TensorDumper, say_dumps_run_eagerly
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import CaptureError, ConfigError, UnsupportedGraphError, first_line
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.output_copies import copied_outputs
+from npugraph_ex.runtime.watched import WatchedRun
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +101,13 @@ class CaptureManager:
         *,
         name: str,
         kernels: Any = None,
+        dumper: TensorDumper | None = None,
     ):
         self.fn = fn
         self.kernels = kernels
         """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` per new key."""
+        self.dumper = dumper
+        """With ``dump_tensor_data`` on the optimised graph: which calls to dump, and where."""
         self.facts = facts
         self.config = config
         self.runtime = runtime
@@ -115,6 +122,15 @@ class CaptureManager:
             self.refuse(self.blocker)
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        dump = self.dumper.next_call() if self.dumper is not None else None
+        if dump is None:
+            return self.run(args)
+        try:
+            return self.run_dumped(args, dump)
+        finally:
+            dump.finish()
+
+    def run(self, args: list[Any]) -> list[Any]:
         if self.config.force_eager:
             return self.run_eager(args, "force_eager")
         if self.blocker is not None:
@@ -135,15 +151,69 @@ class CaptureManager:
             return self.capture(key, args, recapture_reason="mutated input moved")
         return self.replay(entry, args)
 
-    def replay(self, entry: CapturedKey, args: Sequence[Any]) -> list[Any]:
+    def replay(
+        self, entry: CapturedKey, args: Sequence[Any], visit: Callable[..., None] | None = None
+    ) -> list[Any]:
+        """Replay ``entry`` on ``args``; with ``visit``, step by step, calling it with each
+        node's value as soon as it is complete."""
         if self.config.frozen_parameter and log.isEnabledFor(logging.DEBUG):
             self.check_frozen_parameters(entry, args)
         with self.runtime.pool_lock(entry.pool):
             io.refresh(entry.staged.copies, args)
-            outputs = self.for_caller(entry.graph.replay(), entry.staged.args)
+            raw = entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
+            outputs = self.for_caller(raw, entry.staged.args)
         self.stats.replays += 1
         self.stats.keys[entry.label]["replays"] += 1
         return outputs
+
+    def run_dumped(self, args: list[Any], dump: CallDump) -> list[Any]:
+        """A call whose nodes' outputs are dumped: its key's replay, read after each node's
+        kernels (a new key is captured first, its effects undone), where the runtime can;
+        else the graph run node by node."""
+        reason = self.why_replays_cannot_be_dumped()
+        if reason is None:
+            entry = self.replayable(args)
+            if entry is None:
+                saved = io.snapshot(args, self.layout.mutated)
+                self.run(args)  # captures the key as any first call would
+                io.restore(saved)
+                entry = self.replayable(args)
+            if entry is not None:
+                dump.begin(entry.label.split(":")[0], "replay", self.fn.graph)
+                return self.replay(entry, args, visit=dump.visit)
+            reason = "this call's key is not captured"
+        say_dumps_run_eagerly(self.stats.name, reason)
+        self.stats.eager_calls["dumped"] += 1
+        return as_output_list(dump.run_graph(self.fn, args, "eager"))
+
+    def why_replays_cannot_be_dumped(self) -> str | None:
+        if self.config.force_eager:
+            return "force_eager"
+        if self.blocker is not None:
+            return self.blocker
+        if not self.watches:
+            return f"{self.runtime.name} graphs cannot be read between kernels"
+        if self.kernels is not None:
+            return "static kernels cannot be read between kernels"
+        return None
+
+    @property
+    def watches(self) -> bool:
+        """Whether captures keep every node's value, so that replays can be dumped."""
+        return (
+            self.dumper is not None
+            and self.runtime.replays_watched
+            and isinstance(self.fn, torch.fx.GraphModule)
+        )
+
+    def replayable(self, args: Sequence[Any]) -> CapturedKey | None:
+        """The captured key this call would replay, or None."""
+        entry = self.entries.get(self.layout.key_of(args))
+        if entry is None or self.config.force_recapture:
+            return None
+        if self.layout.mutated_addresses(args) != entry.staged.mutated_addresses:
+            return None
+        return entry
 
     def check_frozen_parameters(self, entry: CapturedKey, args: Sequence[Any]) -> None:
         """The debug check of ``frozen_parameter``'s promise (logger ``npugraph_ex`` at DEBUG)."""
@@ -262,7 +332,7 @@ class CaptureManager:
         A key whose kernels fail to compile captures the ATen graph instead, and says why once.
         """
         if self.kernels is None:
-            return self.fn, self.runtime.capture
+            return (WatchedRun(self.fn) if self.watches else self.fn), self.runtime.capture
         try:
             fn, outcome = self.kernels.compile(args)
         except Exception as error:  # Inductor may fail on any op; the ATen graph still works

@@ -52,6 +52,9 @@ class DumpedNode:
     source: str
     """The user's source line the node came from."""
     outputs: list[DumpedOutput] = field(default_factory=list)
+    origin: str = ""
+    """The name of the node of the graph before the passes that this node computes (a pass that
+    rewrites a node in place keeps its origin); the node's own name where it has none."""
 
 
 @dataclass

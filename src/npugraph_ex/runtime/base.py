@@ -66,6 +66,10 @@ class DeviceRuntime(ABC):
     """True when a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the ops
     inside run on fewer cores; elsewhere the scope only bounds the passes."""
 
+    replays_watched: bool = False
+    """True when ``capture`` given a ``WatchedRun`` returns a graph whose ``replay_watched``
+    reads every node's value during a replay (for tensor dumps of replayed calls)."""
+
     @abstractmethod
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         """Run ``fn(*args)`` eagerly ``iters`` times so that lazy library state exists."""

@@ -11,6 +11,7 @@ overload, no view recomputation, no FX interpretation: one generated function be
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import straight_line
 from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
+from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
 
@@ -89,6 +91,7 @@ class CpuGraph(CapturedGraph):
         inputs: Any,
         pool: CpuPool | None,
         owned_inputs: Sequence[torch.Tensor] = (),
+        watched: Sequence[WatchPoint] = (),
     ):
         self.steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
@@ -108,6 +111,10 @@ class CpuGraph(CapturedGraph):
         # (the caller's values are copied in before a replay starts).
         movable = (storages_of(recorder.produced) | storages_of(owned_inputs)) - storages_of(inputs)
         step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
+        for ready, _, value in watched if self.steps else ():
+            step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
+        self.watched = list(watched)
+        """Each node's value and the steps after which it is complete (a watched capture)."""
         plan = plan_memory(step_tensors, outputs, movable, live_from_start=owned_inputs)
         self.placed = pool.place(plan) if pool is not None else None
         self.unplaced = None if pool is not None else recorder.produced
@@ -125,6 +132,24 @@ class CpuGraph(CapturedGraph):
             # Aliases made under the lock: another key's replay sees them as held.
             return caller_aliases(self.outputs)
 
+    def replay_watched(self, visit: Callable[[torch.fx.Node, Any], None]) -> list[Any]:
+        """Replay step by step, calling ``visit(node, value)`` as soon as each watched node's
+        value is complete (before a later step may reuse its memory)."""
+        points = sorted(self.watched, key=lambda point: point[0])
+        with self.placed.pool.lock if self.placed is not None else contextlib.nullcontext():
+            if self.placed is not None:
+                self.placed.enter()
+            done = 0
+            for count in range(len(self.steps) + 1):
+                while done < len(points) and points[done][0] <= count:
+                    visit(points[done][1], points[done][2])
+                    done += 1
+                if count < len(self.steps):
+                    fn, args, kwargs = self.steps[count]
+                    with torch._C._AutoDispatchBelowADInplaceOrView():
+                        fn(*args, **kwargs)
+            return caller_aliases(self.outputs)
+
     def run_steps(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
         with torch._C._AutoDispatchBelowADInplaceOrView():
@@ -136,6 +161,7 @@ class CpuGraph(CapturedGraph):
         self.steps = []
         self.replay_steps = straight_line(self.steps)
         self.step_names = []
+        self.watched = []
         self.outputs = []
         self.unplaced = None
         self._pool_bytes = 0
@@ -167,6 +193,7 @@ class CpuRuntime(DeviceRuntime):
     name = "cpu"
     capture_executes = True
     limits_cores = True
+    replays_watched = True
 
     plan_memory = True
     """False captures without pools: every tensor keeps its own allocation (for comparisons)."""
@@ -186,6 +213,8 @@ class CpuRuntime(DeviceRuntime):
         owned_inputs: Sequence[int] = (),
     ) -> CpuGraph:
         recorder = KernelRecorder()
+        if isinstance(fn, WatchedRun):
+            fn.clock = recorder.steps.__len__
         with torch.no_grad(), recorder:
             outputs = as_output_list(fn(*args))
         if not self.plan_memory:
@@ -194,8 +223,9 @@ class CpuRuntime(DeviceRuntime):
             pool = self.new_pool()
         owned = [args[i] for i in owned_inputs]
         fixed = [a for i, a in enumerate(args) if i not in owned_inputs]
-        graph = CpuGraph(recorder, outputs, fixed, pool, owned)
-        del recorder, outputs  # the capture's own storages, now moved into the pool
+        watched = fn.points if isinstance(fn, WatchedRun) else ()
+        graph = CpuGraph(recorder, outputs, fixed, pool, owned, watched)
+        del recorder, outputs, watched  # the capture's own storages, now moved into the pool
         release_free_heap()
         return graph
 
