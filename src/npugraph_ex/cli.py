@@ -1,6 +1,9 @@
 """The ``npugraph-ex`` command line program: one subcommand per module.
 
     npugraph-ex bench [--model tiny|micro|qwen3-0.6b] [--device cpu|cuda] [--peers] ...
+    npugraph-ex cache list|show|clear [PATH]
+    npugraph-ex compare DUMP_A DUMP_B [--plot OUT.png]
+    npugraph-ex bisect FILE.py:FUNCTION
 
 Each subcommand's module provides ``add_parser(subparsers)``, which registers its flags and
 sets ``run`` (called with the parsed arguments; returns the exit status) as a default. This
@@ -15,10 +18,16 @@ from collections.abc import Sequence
 
 from npugraph_ex.bench import command as bench_command
 from npugraph_ex.cache import command as cache_command
+from npugraph_ex.debug import bisect_command, compare_command
 
 PROG = "npugraph-ex"
 
-SUBCOMMANDS = (bench_command.add_parser, cache_command.add_parser)
+SUBCOMMANDS = (
+    bench_command.add_parser,
+    cache_command.add_parser,
+    compare_command.add_parser,
+    bisect_command.add_parser,
+)
 """Each registers one subcommand on the program's subparsers."""
 
 

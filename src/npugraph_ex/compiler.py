@@ -17,6 +17,7 @@ import torch.fx
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
+from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
@@ -166,6 +167,9 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         dumper=dumper if lowered.original is None else None,
     )
     manager.stats.failed_passes.update(lowered.failed_passes)
+    folder = debug_folder(config, lowered.name)
+    if folder is not None:
+        write_captured_graph(folder, gm, facts, lowered.host)
     call = manager if lowered.host is None else lowered.host.wrap(manager)
     if dumper is not None and lowered.original is not None:
         call = dumping_original(call, lowered.original, dumper)

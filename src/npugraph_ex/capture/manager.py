@@ -26,6 +26,7 @@ from npugraph_ex.capture import inputs as io
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
+from npugraph_ex.debug.compile_debug import debug_folder, write_capture_summary
 from npugraph_ex.debug.dump import CallDump, TensorDumper, say_dumps_run_eagerly
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import CaptureError, ConfigError, UnsupportedGraphError, first_line
@@ -182,7 +183,7 @@ class CaptureManager:
                 dump.begin(entry.label.split(":")[0], "replay", self.fn.graph)
                 return self.replay(entry, args, visit=dump.visit)
             reason = "this call's key is not captured"
-        say_dumps_run_eagerly(self.stats.name, reason)
+        say_dumps_run_eagerly(self.stats.name, reason, self.number)
         self.stats.eager_calls["dumped"] += 1
         return as_output_list(dump.run_graph(self.fn, args, "eager"))
 
@@ -280,6 +281,9 @@ class CaptureManager:
             "kernels": entry.graph.kernel_count,
             "pool_bytes": entry.graph.pool_bytes,
         }
+        folder = debug_folder(self.config, self.stats.name)
+        if folder is not None:
+            write_capture_summary(folder, entry.label, entry.graph)
 
     def after_failed_capture(self, args: list[Any], error: Exception) -> list[Any]:
         """Run the call eagerly. If eager fails too, the call itself is bad (an index out of

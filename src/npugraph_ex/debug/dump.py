@@ -45,6 +45,42 @@ def mark_origins(graph: torch.fx.Graph) -> None:
         node.meta.setdefault(ORIGIN, node.name)
 
 
+def inherit_origins(before: torch.fx.Graph, after: torch.fx.Graph) -> None:
+    """Give the nodes a pass made the origin of what they replaced, by data flow: a new node
+    that a node ``u`` the pass kept reads as its k-th input takes the origin of the k-th input
+    of ``u`` before the pass, unless a node of the new graph still has that origin. Only the
+    outputs of a rewrite align so: the nodes inside it compute other values.
+
+        before:  sinh, cosh -> add -> relu        after:  exp -> relu
+                 exp takes add's origin (relu read add where it now reads exp)
+    """
+    by_origin = {n.meta[ORIGIN]: n for n in before.nodes if ORIGIN in n.meta}
+    kept = {n.meta[ORIGIN] for n in after.nodes if ORIGIN in n.meta}
+    taken = set(kept)
+    for node in reversed(after.nodes):
+        if ORIGIN in node.meta:
+            continue
+        for user in node.users:
+            old_user = (
+                by_origin.get(user.meta.get(ORIGIN)) if user.meta.get(ORIGIN) in kept else None
+            )
+            if old_user is None:
+                continue
+            inputs, old_inputs = flat_inputs(user), flat_inputs(old_user)
+            position = next((i for i, value in enumerate(inputs) if value is node), len(inputs))
+            old = old_inputs[position] if position < len(old_inputs) else None
+            origin = old.meta.get(ORIGIN) if isinstance(old, torch.fx.Node) else None
+            if origin is not None and origin not in taken:
+                node.meta[ORIGIN] = origin
+                taken.add(origin)
+                break
+
+
+def flat_inputs(node: torch.fx.Node) -> list[Any]:
+    """A node's arguments, flattened in order (nodes and constants)."""
+    return torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+
+
 def op_name(node: torch.fx.Node) -> str:
     """``aten.mm.default`` for an op node; ``placeholder``, ``get_attr`` for the others."""
     if node.op != "call_function":
@@ -160,11 +196,12 @@ def dumping_original(
     return run
 
 
-def say_dumps_run_eagerly(graph: str, reason: str) -> None:
+def say_dumps_run_eagerly(graph: str, reason: str, number: int) -> None:
+    """Once per compiled graph (``number``) and reason."""
     log_once(
         log,
         logging.WARNING,
-        ("dump eagerly", graph, reason),
+        ("dump eagerly", number, reason),
         "npugraph_ex: %s: dumped calls run the graph node by node, not its replay (%s)",
         graph,
         reason,

@@ -1,7 +1,8 @@
 """The pass manager: runs named passes in order and owns what cuts across them.
 
 Per pass: skip it when its option is off or its name is in ``disabled_passes``; time it; check the
-graph it leaves behind; write the graph after it to ``debug_dump_dir``; and name it in any error,
+graph it leaves behind; write the graph after it to the debug folder (``debug_dump_dir``, or
+torch's under ``TORCH_COMPILE_DEBUG=1``: ``debug.compile_debug``); and name it in any error,
 so a failure reads ``pass 'remove_noop_ops' failed: ...`` instead of a bare traceback.
 
 A pass that fails does not fail the compile: the graph goes on as it was before that pass (each
@@ -17,12 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch.fx
 
 from npugraph_ex.config import Config
+from npugraph_ex.debug.compile_debug import debug_folder, readable
+from npugraph_ex.debug.dump import inherit_origins
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import ConfigError, PassError
 
@@ -79,6 +81,7 @@ class PassManager:
             before = copy_of(gm)
             try:
                 gm = run_checked(graph_pass, gm, example_inputs, self.config)
+                inherit_origins(before.graph, gm.graph)
             except PassError as error:
                 if self.config.strict_passes:
                     raise
@@ -107,12 +110,9 @@ class PassManager:
         )
 
     def dump(self, gm: torch.fx.GraphModule, number: int, label: str) -> None:
-        if self.config.debug_dump_dir is None:
-            return
-        folder = Path(self.config.debug_dump_dir) / self.graph_name.replace("/", "_")
-        folder.mkdir(parents=True, exist_ok=True)
-        code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
-        (folder / f"{number:02d}_{label}.py").write_text(code)
+        folder = debug_folder(self.config, self.graph_name)
+        if folder is not None:
+            (folder / f"{number:02d}_{label}.py").write_text(readable(gm))
 
 
 def run_checked(

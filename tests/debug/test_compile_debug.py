@@ -1,0 +1,65 @@
+"""Graph dumps under ``TORCH_COMPILE_DEBUG=1`` (torch's debug folder) and ``debug_dump_dir``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from npugraph_ex.config import Config
+from npugraph_ex.debug.compile_debug import torch_debug_run
+from npugraph_ex.passes.manager import PassManager
+from npugraph_ex.passes.pipeline import PIPELINE
+
+
+def matmul_add_relu(x: torch.Tensor) -> torch.Tensor:
+    return (x @ x + 1).relu()
+
+
+def compile_and_call(options: dict | None = None) -> None:
+    fn = torch.compile(matmul_add_relu, backend="npugraph_ex", options=options or {})
+    with torch.no_grad():
+        for _ in range(2):
+            fn(torch.randn(3, 3))
+
+
+def expected_files() -> list[str]:
+    passes = [p.name for p in PassManager(PIPELINE, Config()).selected()]
+    dumps = [f"{i:02d}_after_{name}.py" for i, name in enumerate(passes, start=1)]
+    return sorted(["00_input.py", *dumps, "captured.py", "key0.json"])
+
+
+def test_torch_compile_debug_writes_into_torchs_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_COMPILE_DEBUG", "1")
+    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", str(tmp_path))
+    torch_debug_run.cache_clear()
+    try:
+        compile_and_call()
+    finally:
+        torch_debug_run.cache_clear()
+    [folder] = tmp_path.glob(f"run_*-pid_{os.getpid()}/npugraph_ex/graph[[]0_0[]]")
+    assert (folder.parent.parent / "torchdynamo").is_dir()  # Dynamo's files sit next to ours
+    assert sorted(p.name for p in folder.iterdir()) == expected_files()
+    summary = json.loads((folder / "key0.json").read_text())
+    assert summary["key"].startswith("key0: shapes=[3x3]")
+    assert summary["steps"] == ["aten.mm.out", "aten.add_.Tensor", "aten.relu_.default"]
+    assert summary["kernels"] == 3 and summary["pool_bytes"] > 0
+    captured = (folder / "captured.py").read_text()
+    assert "# device_type: 'cpu'" in captured and "torch.ops.aten.relu_.default" in captured
+
+
+def test_debug_dump_dir_wins_and_nothing_is_written_without_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCH_COMPILE_DEBUG", raising=False)
+    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", str(tmp_path / "torch"))
+    compile_and_call()
+    assert not (tmp_path / "torch").exists()
+    compile_and_call({"debug_dump_dir": str(tmp_path / "mine")})
+    [folder] = (tmp_path / "mine").iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == expected_files()
