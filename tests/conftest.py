@@ -1,14 +1,16 @@
-"""Shared fixtures: the device parametrisation, a clean Dynamo state per test, seeded models."""
+"""Shared fixtures: the device parametrisation, a clean Dynamo state per test, seeded models, a
+scratch pattern registry."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 
 import npugraph_ex
 from models import make_tiny_qwen3
+from npugraph_ex.passes.patterns import register_builtin_patterns, registry
 
 CUDA_PARAM = pytest.param(
     "cuda",
@@ -43,3 +45,16 @@ def tiny_qwen3_config() -> Callable[..., torch.nn.Module]:
     """The ``make_tiny_qwen3(**overrides)`` builder; skips the test when transformers is absent."""
     pytest.importorskip("transformers")
     return make_tiny_qwen3
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Patterns registered by a test are gone after it (``register_replacement``)."""
+    register_builtin_patterns()
+    saved = {key: list(entries) for key, entries in registry().patterns.items()}
+    seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
+    yield
+    registry().patterns.clear()
+    registry().patterns.update(saved)
+    registry().seen_patterns.clear()
+    registry().seen_patterns.update(seen)

@@ -10,22 +10,10 @@ import torch
 
 import npugraph_ex
 from npugraph_ex.cli import main as cli_main
-from npugraph_ex.debug.bisect import bisect
-from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.debug.bisection import bisect
 from npugraph_ex.runtime import cpu
 
-
-@pytest.fixture(autouse=True)
-def scratch_registry() -> Any:
-    """Patterns registered by a test are gone after it."""
-    register_builtin_patterns()
-    saved = {key: list(entries) for key, entries in registry().patterns.items()}
-    seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
-    yield
-    registry().patterns.clear()
-    registry().patterns.update(saved)
-    registry().seen_patterns.clear()
-    registry().seen_patterns.update(seen)
+pytestmark = pytest.mark.usefixtures("scratch_registry")
 
 
 def sinh_plus_cosh(x: torch.Tensor) -> torch.Tensor:
@@ -45,7 +33,7 @@ def trial_names(result: Any) -> list[str]:
 
 
 def test_a_correct_function_passes_every_trial() -> None:
-    result = bisect(model, torch.randn(4, 8), static_kernels=False)
+    result = npugraph_ex.debug.bisect(model, torch.randn(4, 8), static_kernels=False)
     assert result.layer is None and result.node is None
     assert trial_names(result) == [
         "aot_eager (Dynamo + AOTAutograd)",

@@ -111,3 +111,25 @@ def test_bad_dumps_are_clear_errors(
         f"the dumps are of different graphs (graph[0/0] in {original}, graph[1/0] in {other}); "
         "compare two dumps of one graph"
     )
+
+
+def filled(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.empty_like(x).fill_(1.0)
+
+
+def test_nodes_that_only_allocate_are_not_compared(tmp_path: Path) -> None:
+    folders = []
+    for stage in ("original", "optimized"):
+        root = tmp_path / stage
+        root.mkdir()
+        options = {"dump_tensor_data": True, "data_dump_dir": str(root), "data_dump_stage": stage}
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(filled, backend="npugraph_ex", options=options)(torch.ones(3))
+        [folder] = dump_folders(root)
+        folders.append(folder)
+    comparison = compare_dumps(*folders)
+    assert any(node.op == "aten.empty_like.default" for node in comparison.a.nodes)
+    ops = [row.op_b for row in comparison.rows]
+    assert not any(op.startswith("aten.empty_like") for op in ops) and len(ops) >= 2
+    assert comparison.first_divergence is None

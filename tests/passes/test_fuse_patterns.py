@@ -10,24 +10,14 @@ from helpers import kernels_per_replay
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import PassManager
-from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import registry
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.scope import stream
 
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def scratch_registry():
-    """Patterns registered by a test are gone after it."""
-    register_builtin_patterns()
-    saved = {key: list(entries) for key, entries in registry().patterns.items()}
-    seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
-    yield
-    registry().patterns.clear()
-    registry().patterns.update(saved)
-    registry().seen_patterns.clear()
-    registry().seen_patterns.update(seen)
+pytestmark = pytest.mark.usefixtures("scratch_registry")
 
 
 def sinh_plus_cosh(x: torch.Tensor) -> torch.Tensor:

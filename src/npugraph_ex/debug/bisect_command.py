@@ -70,7 +70,7 @@ def load_target(target: str) -> tuple[Any, tuple, dict, dict | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npugraph_ex.debug.bisect import bisect
+    from npugraph_ex.debug.bisection import bisect
 
     try:
         fn, call_args, kwargs, options = load_target(args.target)

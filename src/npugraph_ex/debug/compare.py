@@ -4,8 +4,9 @@ Nodes are aligned on their origin (the node of the graph before the passes that 
 see ``dump.ORIGIN``), so a dump of the ``original`` stage run eagerly lines up with one of the
 ``optimized`` stage replayed, and two dumps under different options line up with each other.
 Nodes are walked in the first dump's order; of two nodes with one origin (a value rewritten in
-place), the later one is compared. Each tensor output is compared in float64 as
-``torch.allclose`` does: ``|a - b| <= atol + rtol * |b|``, NaN equal to NaN only.
+place), the later one is compared; nodes that only allocate (``empty``) are not. Each tensor
+output is compared in float64 as ``torch.isclose`` does: ``|a - b| <= atol + rtol * |b|``, NaN
+equal to NaN.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any
 import torch
 
 from npugraph_ex.debug.dump_files import DumpedNode, DumpError, DumpIndex, read_dump
+
+UNINITIALISED = ("aten.empty", "aten.empty_strided", "aten.empty_like", "aten.new_empty")
+"""Ops whose outputs hold whatever the memory held: never compared."""
 
 ROWS_AROUND = 5
 """Rows shown before and after the first divergence in a shortened table."""
@@ -153,7 +157,10 @@ def origin_of(node: DumpedNode) -> str:
 def compare_node(
     a: DumpIndex, node_a: DumpedNode, b: DumpIndex, node_b: DumpedNode, rtol: float, atol: float
 ) -> Row | None:
-    """The row of two aligned nodes, or None when neither has a tensor output."""
+    """The row of two aligned nodes, or None when they have no tensor output in common or one of
+    them only allocates (its values are whatever the memory held)."""
+    if uninitialised(node_a.op) or uninitialised(node_b.op):
+        return None
     pairs = [
         (out_a, out_b)
         for out_a, out_b in zip(node_a.outputs, node_b.outputs, strict=False)
@@ -192,6 +199,10 @@ def compare_node(
         ok=ok,
         note="; ".join(notes),
     )
+
+
+def uninitialised(op: str) -> bool:
+    return op.rsplit(".", 1)[0] in UNINITIALISED
 
 
 def errors(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> tuple[Any, ...]:

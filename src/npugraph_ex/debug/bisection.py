@@ -71,12 +71,12 @@ class BisectResult:
     node: Divergence | None = None
 
     def report(self) -> str:
-        lines = ["trial                                          max abs diff   result"]
+        lines = [f"{'trial':<50} max abs diff   result"]
         for trial in self.trials:
             diff = "failed" if trial.max_abs is None else f"{trial.max_abs:.3g}"
             verdict = "ok" if trial.ok else "DIFFERS"
             note = f"  ({trial.note})" if trial.note else ""
-            lines.append(f"{trial.name:<46} {diff:>12}   {verdict}{note}")
+            lines.append(f"{trial.name:<50} {diff:>12}   {verdict}{note}")
         if self.layer is None:
             lines.append("every layer matches eager")
             return "\n".join(lines)
