@@ -18,7 +18,10 @@ Rules, per kernel:
 - any other functional kernel computes a temporary and copies it into its recorded output;
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
-- ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped.
+- ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped;
+- a functional collective (``_c10d_functional.all_reduce``, what Dynamo makes of
+  ``dist.all_reduce``) returns before its result is complete: it is waited for before the copy
+  (its own ``wait_tensor`` step, on the recorded output, has no work left to wait for).
 """
 
 from __future__ import annotations
@@ -164,6 +167,11 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     return "copy", compute_and_copy(op, args, kwargs, result, fresh)
 
 
+def is_collective(op: OpOverload) -> bool:
+    """A functional collective: it returns at once, its result complete after ``wait_tensor``."""
+    return op.namespace == "_c10d_functional" and op.name() != "_c10d_functional::wait_tensor"
+
+
 def tensors_in_result(result: Any) -> list[torch.Tensor]:
     return [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
 
@@ -191,10 +199,13 @@ def compute_and_copy(
     indices = tuple(fresh)
     listed = result_tensor_lister(result)
     tensors = listed(result)
+    wait = torch.ops._c10d_functional.wait_tensor.default if is_collective(op) else None
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
         new = listed(kernel(*call_args, **call_kwargs))
         for index, target in zip(indices, targets, strict=True):
+            if wait is not None:
+                wait(new[index])
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
