@@ -1,4 +1,5 @@
-"""Collectives inside compiled graphs, captured and replayed on 2 real gloo ranks (processes)."""
+"""Collectives inside compiled graphs, captured and replayed on 2 real gloo ranks (processes),
+and a tensor-parallel Qwen3 decode step built on them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-RUN = Path(__file__).with_name("collective_run.py")
+COLLECTIVES = Path(__file__).with_name("collective_run.py")
+TP_DECODE = Path(__file__).with_name("tp_decode_run.py")
 WORLD = 2
 
 
@@ -22,22 +24,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(*flags: str) -> list[dict[str, Any]]:
-    """``collective_run.py`` on every rank at once; each rank's report."""
+def run_ranks(script: Path) -> list[dict[str, Any]]:
+    """``script`` on every rank at once, a gloo group of ``WORLD`` processes; each rank's report."""
     port = str(free_port())
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     ranks = [
         subprocess.Popen(
             [
                 sys.executable,
-                str(RUN),
+                str(script),
                 "--rank",
                 str(rank),
                 "--world",
                 str(WORLD),
                 "--port",
                 port,
-                *flags,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -56,7 +57,7 @@ def run_ranks(*flags: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def reports() -> list[dict[str, Any]]:
-    return run_ranks()
+    return run_ranks(COLLECTIVES)
 
 
 CAPTURED = [
@@ -88,3 +89,12 @@ def test_c10d_broadcast_breaks_the_graph_and_both_sides_replay(
         result = report["broadcast"]
         assert result["max_diff"] == 0.0 and result["eager_calls"] == 0
         assert result["graphs"] == 2 and result["captures"] == 2 and result["replays"] == 6
+
+
+def test_a_tensor_parallel_qwen3_decode_step_matches_the_whole_model() -> None:
+    """Heads and MLP columns split over 2 ranks, an all_reduce after each row-parallel linear:
+    every decode step is one replay, and the tokens are the unsplit model's."""
+    for report in run_ranks(TP_DECODE):
+        assert report["tokens_equal"] and report["max_logit_diff"] < 1e-4
+        assert (report["graphs"], report["captures"], report["replays"]) == (1, 1, 5)
+        assert report["eager_calls"] == 0
