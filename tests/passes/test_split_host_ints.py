@@ -138,6 +138,7 @@ def test_the_split_graph_is_what_the_last_dump_shows(tmp_path) -> None:
     with torch.no_grad():
         fn(torch.arange(4.0), 3)
     (folder,) = tmp_path.iterdir()
-    last = sorted(folder.iterdir())[-1]
+    last = sorted(folder.glob("[0-9][0-9]_*.py"))[-1]
     assert last.name.endswith("_after_split_host_ints.py")
     assert "_tensor" in last.read_text()  # the int arrives as a 0-d tensor input
+    assert "_tensor" in (folder / "captured.py").read_text()  # and that graph is captured
