@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import torch.distributed as dist
 
 COLLECTIVES = Path(__file__).with_name("collective_run.py")
 TP_DECODE = Path(__file__).with_name("tp_decode_run.py")
@@ -98,3 +100,17 @@ def test_a_tensor_parallel_qwen3_decode_step_matches_the_whole_model() -> None:
         assert report["tokens_equal"] and report["max_logit_diff"] < 1e-4
         assert (report["graphs"], report["captures"], report["replays"]) == (1, 1, 5)
         assert report["eager_calls"] == 0
+
+
+def test_a_collective_without_a_process_group_fails_as_in_eager() -> None:
+    """No hang and no silent replay: the call fails with torch's own message, naming the fix."""
+
+    def reduced(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        dist.all_reduce(y)
+        return y
+
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        with torch.no_grad():
+            torch.compile(reduced, backend="npugraph_ex")(torch.ones(2))

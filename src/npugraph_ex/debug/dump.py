@@ -61,9 +61,8 @@ def inherit_origins(before: torch.fx.Graph, after: torch.fx.Graph) -> None:
         if ORIGIN in node.meta:
             continue
         for user in node.users:
-            old_user = (
-                by_origin.get(user.meta.get(ORIGIN)) if user.meta.get(ORIGIN) in kept else None
-            )
+            user_origin = user.meta.get(ORIGIN)
+            old_user = by_origin.get(user_origin) if user_origin in kept else None
             if old_user is None:
                 continue
             inputs, old_inputs = flat_inputs(user), flat_inputs(old_user)
