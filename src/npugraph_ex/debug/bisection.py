@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.config import Config
+from npugraph_ex.debug.compare import compare_dumps
 from npugraph_ex.debug.dump_files import DumpError, dump_folders, read_dump
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -159,8 +160,6 @@ class Bisection:
     def first_node(self, before: dict[str, Any], after: dict[str, Any], calls: int) -> Any:
         """Dump the graph under ``before`` and ``after`` options (the last of ``calls`` calls)
         and compare: the first node that differs, or None."""
-        from npugraph_ex.debug.compare import compare_dumps
-
         roots = []
         for label, options in (("a", before), ("b", after)):
             root = self.dump_root / f"{len(self.trials):02d}{label}"
