@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
-import torch
 
 from npugraph_ex.config import OPTION_NAMES
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -29,14 +27,3 @@ def test_the_reference_lists_the_pass_names() -> None:
     text = (ROOT / "docs" / "options.md").read_text()
     for graph_pass in PIPELINE:
         assert f"`{graph_pass.name}`" in text
-
-
-@torch.no_grad()
-def test_an_unbuilt_option_says_it_has_no_effect(caplog: pytest.LogCaptureFixture) -> None:
-    fn = torch.compile(lambda x: x + 1, backend="npugraph_ex", options={"deadlock_check": True})
-    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
-        fn(torch.ones(2))
-    assert any(
-        "option deadlock_check=True is accepted but has no effect" in r.getMessage()
-        for r in caplog.records
-    )

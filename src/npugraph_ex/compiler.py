@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
+from npugraph_ex.capture.deadlock import check_collective_order
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
@@ -29,24 +30,6 @@ from npugraph_ex.runtime.base import DeviceRuntime
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
 
 log = logging.getLogger(__name__)
-
-
-UNBUILT_OPTIONS = ("deadlock_check",)
-"""Accepted and validated options whose feature this version does not have yet."""
-
-
-def warn_unbuilt_options(config: Config) -> None:
-    defaults = Config()
-    for name in UNBUILT_OPTIONS:
-        if getattr(config, name) != getattr(defaults, name):
-            log_once(
-                log,
-                logging.WARNING,
-                ("unbuilt option", name),
-                "npugraph_ex: option %s=%r is accepted but has no effect in this version",
-                name,
-                getattr(config, name),
-            )
 
 
 def warn_unapplied_scopes(gm: torch.fx.GraphModule, runtime: DeviceRuntime, name: str) -> None:
@@ -138,7 +121,6 @@ def compile_graph(
 ) -> Callable[[list[Any]], Any]:
     """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
     graph after the passes."""
-    warn_unbuilt_options(config)
     lowered = lower_graph(gm, example_inputs, config, graph_name())
     if on_lowered is not None:
         on_lowered(lowered)
@@ -149,6 +131,8 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
     """A capture manager for a lowered graph on its device's runtime, with the host ints'
     arithmetic around it."""
     gm, facts = lowered.gm, lowered.facts
+    if config.deadlock_check:
+        check_collective_order(gm, lowered.name)
     runtime = runtime_for(facts.device_type)
     warn_unapplied_scopes(gm, runtime, lowered.name)
     kernels = (

@@ -64,6 +64,10 @@ class CaptureError(NpuGraphExError):
     """A graph could not be captured or replayed."""
 
 
+class DeadlockRiskError(NpuGraphExError):
+    """The ranks' graphs call collectives in different orders or shapes (``deadlock_check``)."""
+
+
 class UnsupportedGraphError(CaptureError):
     """A graph cannot be captured and ``strict_capture=True`` forbids running it eagerly."""
 

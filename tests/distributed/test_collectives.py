@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 COLLECTIVES = Path(__file__).with_name("collective_run.py")
 TP_DECODE = Path(__file__).with_name("tp_decode_run.py")
+DEADLOCK = Path(__file__).with_name("deadlock_run.py")
 WORLD = 2
 
 
@@ -114,3 +115,30 @@ def test_a_collective_without_a_process_group_fails_as_in_eager() -> None:
     with pytest.raises(ValueError, match="Default process group has not been initialized"):
         with torch.no_grad():
             torch.compile(reduced, backend="npugraph_ex")(torch.ones(2))
+
+
+def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
+    """Rank 0 reduces then gathers, rank 1 gathers then reduces: each rank fails at compile time,
+    naming both calls where the model makes them; the same order passes and says so."""
+    reports = run_ranks(DEADLOCK)
+    for rank, report in enumerate(reports):
+        other = 1 - rank
+        assert report["same_order"] == {"ok": True}
+        assert report["log"] == [
+            "npugraph_ex: deadlock_check: graph[0/0]: 2 collectives in the same order on all 2 "
+            "ranks: no deadlock risk"
+        ]
+        crossed = report["crossed"]
+        assert crossed["error"] == "BackendCompilerFailed"
+        calls = {
+            0: "_c10d_functional.all_reduce.default(float32[2, 4], ['sum'], group 0) at File "
+            f'"{DEADLOCK}", line 47, in reduce_then_gather: dist.all_reduce(y)',
+            1: "_c10d_functional.all_gather_into_tensor.default(float32[2, 4], [2], group 0) at "
+            f'File "{DEADLOCK}", line 54, in gather_then_reduce: '
+            "dist.all_gather_into_tensor(out, y)",
+        }
+        assert (
+            f"DeadlockRiskError: deadlock_check: graph[0/0]: collective 0 differs between rank "
+            f"{rank} and rank {other}: rank {rank} calls {calls[rank]}, rank {other} calls "
+            f"{calls[other]}. Each would wait for a call the other never makes."
+        ) in crossed["message"]

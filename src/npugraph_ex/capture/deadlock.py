@@ -1,0 +1,113 @@
+"""``deadlock_check``: before a graph with collectives runs, the ranks compare their collectives.
+
+A collective completes only when every rank of its group calls it, with the same kind, size and
+reduction, in the same order. Rank-dependent code (``if dist.get_rank() == 0: ...``) traced into
+a graph can order them differently on two ranks: each then waits for a call the other never makes,
+and the job hangs with no message. With ``deadlock_check=True`` each rank, when its graph is built
+and before anything of it runs, gathers every rank's list of collectives (op, group, arguments,
+shapes, source line) and compares them in order. A difference raises :class:`DeadlockRiskError`
+on every rank, naming the first pair that differs; else one log line says "no deadlock risk".
+
+Stream blocks run in program order on every device here (no side streams), so no cross-stream
+wait can deadlock; the check says so when a graph has stream blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.debug.source import source_line
+from npugraph_ex.errors import DeadlockRiskError
+from npugraph_ex.scope.ops import STREAM, scopes_in
+
+log = logging.getLogger(__name__)
+
+WAIT = "_c10d_functional::wait_tensor"
+
+
+Collective = tuple[str, str, str, str]
+"""What must agree across ranks (op, group, other arguments, input layout), and the source."""
+
+
+def collectives_of(gm: torch.fx.GraphModule) -> list[tuple[Collective, str]]:
+    """The graph's collectives in program order, each with its user source line."""
+    found = []
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace != "_c10d_functional" or target.name() == WAIT:
+            continue
+        tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        others = [a for a in node.args if not isinstance(a, torch.fx.Node)]
+        layout = ", ".join(describe_input(t) for t in tensors)
+        group = str(others[-1]) if others else ""
+        signature = (str(target), group, repr(others[:-1]), layout)
+        found.append((signature, source_line(node)))
+    return found
+
+
+def describe_input(node: torch.fx.Node) -> str:
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    return node.name
+
+
+def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
+    """Compare this graph's collectives with every rank's; raise on the first difference."""
+    import torch.distributed as dist
+
+    mine = collectives_of(gm)
+    if STREAM in scopes_in(gm.graph):
+        log.info(
+            "npugraph_ex: deadlock_check: %s: stream blocks run in program order here, so no "
+            "cross-stream wait can deadlock",
+            graph_name,
+        )
+    if not mine or not (dist.is_available() and dist.is_initialized()):
+        return
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    everyone: list[Any] = [None] * dist.get_world_size()
+    with unset_fake_temporarily():  # a backend compiles under the trace's fake mode
+        dist.all_gather_object(everyone, mine)
+    rank = dist.get_rank()
+    for other, theirs in enumerate(everyone):
+        if other != rank and theirs != mine:
+            raise DeadlockRiskError(first_difference(graph_name, rank, mine, other, theirs))
+    log.info(
+        "npugraph_ex: deadlock_check: %s: %d collectives in the same order on all %d ranks: no "
+        "deadlock risk",
+        graph_name,
+        len(mine),
+        len(everyone),
+    )
+
+
+def first_difference(
+    graph_name: str, rank: int, mine: list[Any], other: int, theirs: list[Any]
+) -> str:
+    for index in range(max(len(mine), len(theirs))):
+        a = mine[index] if index < len(mine) else None
+        b = theirs[index] if index < len(theirs) else None
+        if a == b:
+            continue
+        return (
+            f"deadlock_check: {graph_name}: collective {index} differs between rank {rank} and "
+            f"rank {other}: rank {rank} calls {shown(a)}, rank {other} calls {shown(b)}. Each "
+            "would wait for a call the other never makes. Make every rank call the same "
+            "collectives in the same order (no rank-dependent branches around them)."
+        )
+    return f"deadlock_check: {graph_name}: rank {rank} and rank {other} differ"
+
+
+def shown(entry: Any) -> str:
+    if entry is None:
+        return "nothing (it has no more collectives)"
+    (op, group, arguments, layout), source = entry
+    return f"{op}({layout}, {arguments}, group {group}) at {source}"

@@ -1,0 +1,81 @@
+"""One rank of the deadlock-check test: prints a JSON report.
+
+    python deadlock_run.py --rank R --world W --port P
+
+``same_order`` calls an all_reduce then an all_gather on every rank. ``crossed`` does so on rank
+0 and the other way round elsewhere: run as is, each rank would wait in a collective the other
+never calls. Both are compiled with ``deadlock_check=True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+
+import torch
+import torch.distributed as dist
+
+
+class Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    import npugraph_ex  # noqa: F401 - registers the backend
+
+    messages = Messages()
+    logger = logging.getLogger("npugraph_ex")
+    logger.addHandler(messages)
+    logger.setLevel(logging.INFO)
+    rank, world = args.rank, args.world
+
+    def reduce_then_gather(y: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(y)
+        out = torch.empty(world * y.shape[0], y.shape[1])
+        dist.all_gather_into_tensor(out, y)
+        return out
+
+    def gather_then_reduce(y: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(world * y.shape[0], y.shape[1])
+        dist.all_gather_into_tensor(out, y)
+        dist.all_reduce(out)
+        return out
+
+    def same_order(x: torch.Tensor) -> torch.Tensor:
+        return reduce_then_gather(x * 2)
+
+    def crossed(x: torch.Tensor) -> torch.Tensor:
+        return reduce_then_gather(x * 2) if rank == 0 else gather_then_reduce(x * 2)
+
+    report = {}
+    options = {"deadlock_check": True}
+    with torch.no_grad():
+        for fn in (same_order, crossed):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend="npugraph_ex", fullgraph=True, options=options)
+            try:
+                got = compiled(torch.ones(2, 4))
+                report[fn.__name__] = {"ok": bool(torch.equal(got, fn(torch.ones(2, 4))))}
+            except Exception as error:
+                report[fn.__name__] = {"error": type(error).__name__, "message": str(error)}
+    report["log"] = [m for m in messages.messages if "deadlock_check" in m]
+    dist.destroy_process_group()
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
