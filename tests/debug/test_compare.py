@@ -11,7 +11,14 @@ import torch
 
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.debug.compare import compare_dumps
-from npugraph_ex.debug.dump_files import DumpError, dump_folders
+from npugraph_ex.debug.dump_files import (
+    DumpedNode,
+    DumpError,
+    DumpIndex,
+    dump_folders,
+    dumped_output,
+    write_index,
+)
 
 aten = torch.ops.aten
 
@@ -133,3 +140,43 @@ def test_nodes_that_only_allocate_are_not_compared(tmp_path: Path) -> None:
     ops = [row.op_b for row in comparison.rows]
     assert not any(op.startswith("aten.empty_like") for op in ops) and len(ops) >= 2
     assert comparison.first_divergence is None
+
+
+def written_dump(folder: Path, nodes: dict[str, torch.Tensor]) -> Path:
+    """A dump of graph[0/0] holding ``nodes`` (name: value), as the dumper writes one."""
+    folder.mkdir(parents=True)
+    index = DumpIndex("graph[0/0]", "optimized", "key0", 0, "replay", 0)
+    for order, (name, value) in enumerate(nodes.items()):
+        output = dumped_output(folder, f"{order:05d}_{name}_0.pt", value)
+        index.nodes.append(DumpedNode(order, name, "aten.add.Tensor", "<unknown source>", [output]))
+    write_index(index, folder)
+    return folder
+
+
+def test_nan_infinity_and_layout_mismatches_are_divergences(tmp_path: Path) -> None:
+    nan, inf = float("nan"), float("inf")
+    a = written_dump(tmp_path / "a", {
+        "same": torch.tensor([1.0, nan, inf]), "nan": torch.tensor([1.0, nan]),
+        "inf": torch.tensor([1.0, inf]), "shape": torch.zeros(2),
+    })  # fmt: skip
+    b = written_dump(tmp_path / "b", {
+        "same": torch.tensor([1.0, nan, inf]), "nan": torch.tensor([1.0, 2.0]),
+        "inf": torch.tensor([1.0, -inf]), "shape": torch.zeros(3),
+    })  # fmt: skip
+    rows = {row.name_a: row for row in compare_dumps(a, b).rows}
+    assert rows["same"].ok and rows["same"].max_abs == 0.0
+    assert not rows["nan"].ok and rows["nan"].max_abs == float("inf")
+    assert rows["nan"].note == "NaN or infinity in 1 elements where the other dump differs"
+    assert not rows["inf"].ok and rows["inf"].note.startswith("NaN or infinity in 1 elements")
+    assert not rows["shape"].ok
+    assert rows["shape"].note == "(2,) torch.float32 against (3,) torch.float32"
+
+
+def test_dumps_without_a_node_in_common_are_an_error(tmp_path: Path) -> None:
+    a = written_dump(tmp_path / "a", {"x": torch.zeros(2)})
+    b = written_dump(tmp_path / "b", {"y": torch.zeros(2)})
+    with pytest.raises(DumpError) as error:
+        compare_dumps(a, b)
+    assert (
+        str(error.value) == f"{a} and {b} have no node in common; were they dumped from one graph?"
+    )
