@@ -2,7 +2,7 @@
 
     python tp_decode_run.py --rank R --world W --port P
 
-Every rank builds the same model (the tiny preset, one seed) and keeps a whole copy as the
+Every rank builds the same model (the micro Qwen3 preset, one seed) and keeps a whole copy as the
 reference; the other copy is split Megatron-style: the query, key, value, gate and up
 projections by output features (heads and MLP columns), the output and down projections by input
 features, each followed by an all_reduce of its partial sums. An eager prefill fills a
@@ -84,8 +84,8 @@ def main() -> None:
     from npugraph_ex.bench.presets import build_qwen3
 
     with torch.no_grad():
-        whole = build_qwen3("tiny", seed=0)
-        split = build_qwen3("tiny", seed=0)
+        whole = build_qwen3("micro", seed=0)
+        split = build_qwen3("micro", seed=0)
         shard(split, args.rank, args.world)
         prompt = torch.randint(
             0, whole.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(1)
