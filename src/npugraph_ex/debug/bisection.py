@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.config import Config
-from npugraph_ex.debug.compare import compare_dumps
+from npugraph_ex.debug.compare import compare_dumps, errors
 from npugraph_ex.debug.dump_files import DumpError, dump_folders, read_dump
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -126,10 +126,9 @@ class Runner:
                 continue
             if got.shape != want.shape or got.dtype != want.dtype:
                 return float("inf"), False
-            got64, want64 = got.double(), want.double()
-            if got64.numel():
-                worst = max(worst, float((got64 - want64).abs().nan_to_num(nan=float("inf")).max()))
-            close &= torch.allclose(got64, want64, rtol=self.rtol, atol=self.atol, equal_nan=True)
+            if got.numel():
+                abs_error, _, within, _ = errors(got, want, self.rtol, self.atol)
+                worst, close = max(worst, abs_error), close and within
         return worst, bool(close)
 
 

@@ -11,7 +11,6 @@ overload, no view recomputation, no FX interpretation: one generated function be
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -123,32 +122,36 @@ class CpuGraph(CapturedGraph):
         self.capture_outputs = caller_aliases(outputs)
 
     def replay(self) -> list[Any]:
-        if self.placed is None:
-            self.run_steps()
-            return caller_aliases(self.outputs)
-        with self.placed.pool.lock:
-            self.placed.enter()
-            self.run_steps()
-            # Aliases made under the lock: another key's replay sees them as held.
-            return caller_aliases(self.outputs)
+        return self.run_in_place(self.run_steps)
 
     def replay_watched(self, visit: Callable[[torch.fx.Node, Any], None]) -> list[Any]:
         """Replay step by step, calling ``visit(node, value)`` as soon as each watched node's
         value is complete (before a later step may reuse its memory)."""
-        points = sorted(self.watched, key=lambda point: point[0])
-        with self.placed.pool.lock if self.placed is not None else contextlib.nullcontext():
-            if self.placed is not None:
-                self.placed.enter()
-            done = 0
-            for count in range(len(self.steps) + 1):
-                while done < len(points) and points[done][0] <= count:
-                    visit(points[done][1], points[done][2])
-                    done += 1
-                if count < len(self.steps):
-                    fn, args, kwargs = self.steps[count]
-                    with torch._C._AutoDispatchBelowADInplaceOrView():
-                        fn(*args, **kwargs)
+        return self.run_in_place(lambda: self.run_steps_watched(visit))
+
+    def run_in_place(self, run: Callable[[], None]) -> list[Any]:
+        """``run()`` the steps in this capture's memory (entered in its pool, under the pool's
+        lock); the outputs, for the caller."""
+        if self.placed is None:
+            run()
             return caller_aliases(self.outputs)
+        with self.placed.pool.lock:
+            self.placed.enter()
+            run()
+            # Aliases made under the lock: another key's replay sees them as held.
+            return caller_aliases(self.outputs)
+
+    def run_steps_watched(self, visit: Callable[[torch.fx.Node, Any], None]) -> None:
+        points = sorted(self.watched, key=lambda point: point[0])
+        done = 0
+        for count in range(len(self.steps) + 1):
+            while done < len(points) and points[done][0] <= count:
+                visit(points[done][1], points[done][2])
+                done += 1
+            if count < len(self.steps):
+                fn, args, kwargs = self.steps[count]
+                with torch._C._AutoDispatchBelowADInplaceOrView():
+                    fn(*args, **kwargs)
 
     def run_steps(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
