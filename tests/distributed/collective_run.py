@@ -10,14 +10,13 @@ that the collectives pair up.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
+from gloo_group import join_gloo_group
 
 CALLS = 4
 
@@ -75,23 +74,14 @@ def cases(world: int, weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--only", default="")
-    args = parser.parse_args()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    rank, world = join_gloo_group()
     import npugraph_ex
 
-    torch.manual_seed(args.rank)
+    torch.manual_seed(rank)
     weight = torch.randn(8, 8)
     report = {}
     with torch.no_grad():
-        for name, fn in cases(args.world, weight).items():
-            if args.only and name not in args.only.split(","):
-                continue
+        for name, fn in cases(world, weight).items():
             npugraph_ex.reset_stats()
             torch._dynamo.reset()
             fullgraph = name not in GRAPH_BREAKS

@@ -9,13 +9,12 @@ never calls. Both are compiled with ``deadlock_check=True``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
 
 import torch
 import torch.distributed as dist
+from gloo_group import join_gloo_group
 
 
 class Messages(logging.Handler):
@@ -28,20 +27,13 @@ class Messages(logging.Handler):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    rank, world = join_gloo_group()
     import npugraph_ex  # noqa: F401 - registers the backend
 
     messages = Messages()
     logger = logging.getLogger("npugraph_ex")
     logger.addHandler(messages)
     logger.setLevel(logging.INFO)
-    rank, world = args.rank, args.world
 
     def reduce_then_gather(y: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(y)

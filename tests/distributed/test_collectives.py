@@ -117,6 +117,13 @@ def test_a_collective_without_a_process_group_fails_as_in_eager() -> None:
             torch.compile(reduced, backend="npugraph_ex")(torch.ones(2))
 
 
+def line_in(script: Path, function: str, code: str) -> int:
+    """The line number of ``code`` in ``function`` of ``script``."""
+    lines = script.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if f"def {function}(" in line)
+    return next(i for i in range(start, len(lines)) if lines[i].strip() == code) + 1
+
+
 def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
     """Rank 0 reduces then gathers, rank 1 gathers then reduces: each rank fails at compile time,
     naming both calls where the model makes them; the same order passes and says so."""
@@ -130,11 +137,13 @@ def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
         ]
         crossed = report["crossed"]
         assert crossed["error"] == "BackendCompilerFailed"
+        reduce_at = line_in(DEADLOCK, "reduce_then_gather", "dist.all_reduce(y)")
+        gather_at = line_in(DEADLOCK, "gather_then_reduce", "dist.all_gather_into_tensor(out, y)")
         calls = {
             0: "_c10d_functional.all_reduce.default(float32[2, 4], ['sum'], group 0) at File "
-            f'"{DEADLOCK}", line 47, in reduce_then_gather: dist.all_reduce(y)',
+            f'"{DEADLOCK}", line {reduce_at}, in reduce_then_gather: dist.all_reduce(y)',
             1: "_c10d_functional.all_gather_into_tensor.default(float32[2, 4], [2], group 0) at "
-            f'File "{DEADLOCK}", line 54, in gather_then_reduce: '
+            f'File "{DEADLOCK}", line {gather_at}, in gather_then_reduce: '
             "dist.all_gather_into_tensor(out, y)",
         }
         assert (

@@ -12,12 +12,11 @@ features, each followed by an all_reduce of its partial sums. An eager prefill f
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 
 import torch
 import torch.distributed as dist
+from gloo_group import join_gloo_group
 from torch import nn
 
 STEPS = 6
@@ -73,20 +72,14 @@ def decode(model: nn.Module, step: object, prompt: torch.Tensor) -> tuple[list, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    rank, world = join_gloo_group()
     import npugraph_ex
     from npugraph_ex.bench.presets import build_qwen3
 
     with torch.no_grad():
         whole = build_qwen3("micro", seed=0)
         split = build_qwen3("micro", seed=0)
-        shard(split, args.rank, args.world)
+        shard(split, rank, world)
         prompt = torch.randint(
             0, whole.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(1)
         )

@@ -1,0 +1,20 @@
+"""How every rank script of these tests joins its group: ``--rank R --world W --port P``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch.distributed as dist
+
+
+def join_gloo_group() -> tuple[int, int]:
+    """Parse the rank flags and join the gloo group on localhost; (rank, world size)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    return args.rank, args.world
