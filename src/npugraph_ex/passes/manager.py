@@ -26,7 +26,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, readable
 from npugraph_ex.debug.dump import inherit_origins
 from npugraph_ex.debug.source import source_line
-from npugraph_ex.errors import ConfigError, PassError
+from npugraph_ex.errors import ConfigError, DeadlockRiskError, PassError, ScopeError
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def run_checked(
         gm = graph_pass.run(gm, example_inputs, config) or gm
         gm.graph.lint()
         gm.recompile()
-    except PassError:
-        raise
+    except (PassError, ScopeError, DeadlockRiskError):
+        raise  # a pass error named already, or the user's graph refused with its fix
     except Exception as error:
         node = node_at_failure(error)
         raise PassError(

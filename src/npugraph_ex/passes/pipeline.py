@@ -1,9 +1,10 @@
 """The order of the passes, written once.
 
 Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
-on, the re-inplacing passes, and last the split of data ints to the host (it changes the graph's
-inputs and outputs, so nothing may run after it). Each built-in optimisation runs behind the
-option of its name.
+on, the re-inplacing passes, the plan of where lanes wait for stream blocks (after every pass
+that writes in place, so it sees every write), and last the split of data ints to the host (it
+changes the graph's inputs and outputs, so nothing may run after it). Each built-in optimisation
+runs behind the option of its name.
 
 With ``static_kernel_compile`` the graph goes on to Inductor, which removes cats, plans memory
 and re-inplaces itself; the capture-only passes are skipped there: the ``out=`` and in-place
@@ -19,6 +20,7 @@ from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import GraphPass
+from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_cat import remove_cat_ops
@@ -50,5 +52,8 @@ PIPELINE: tuple[GraphPass, ...] = (
     GraphPass("dead_code_elimination", eliminate_dead_code),
     GraphPass("inplace_pass", reinplace, enabled=for_capture("inplace_pass")),
     GraphPass("input_inplace_pass", reinplace_inputs, enabled=for_capture("input_inplace_pass")),
+    GraphPass(
+        "plan_streams", plan_streams, enabled=lambda config: not config.static_kernel_compile
+    ),
     GraphPass("split_host_ints", split_host_ints_pass),
 )

@@ -25,6 +25,14 @@ from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_lis
 from npugraph_ex.runtime.cpu_bindings import fastest_call
 from npugraph_ex.runtime.cpu_heap import release_free_heap
 from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
+from npugraph_ex.runtime.cpu_lanes import (
+    Lane,
+    LaneProgram,
+    LaneTracker,
+    is_join,
+    join_step,
+    keep_block_memory,
+)
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import straight_line
@@ -49,6 +57,9 @@ class KernelRecorder(TorchDispatchMode):
         self.steps: list[Step] = []
         self.step_kinds: Counter[str] = Counter()
         self.produced: list[Any] = []
+        self.lanes = LaneTracker()
+        self.step_lanes: list[Lane] = []
+        """The stream block each step runs in (None: the main path)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -56,22 +67,27 @@ class KernelRecorder(TorchDispatchMode):
             return self.record_effect(*args, **kwargs)
         if not isinstance(func, OpOverload):
             raise CaptureError(f"the CPU replay engine cannot record {func}")
+        lane = self.lanes.lane_of(func, args, kwargs)
         result = func(*args, **kwargs)
-        self.record(plan_step(func, args, kwargs, result), result)
+        planned = (
+            ("join", join_step(*args)) if is_join(func) else plan_step(func, args, kwargs, result)
+        )
+        self.record(planned, result, lane)
         return result
 
-    def record(self, planned: tuple[str, Step] | None, result: Any) -> None:
+    def record(self, planned: tuple[str, Step] | None, result: Any, lane: Lane = None) -> None:
         if planned is not None:
             kind, step = planned
             self.steps.append(step)
             self.step_kinds[kind] += 1
+            self.step_lanes.append(lane)
         # Every result stays alive for the graph's life: its address is part of the graph.
         self.produced.append(result)
 
     def record_effect(self, token: Any, op: OpOverload, *args: Any, **kwargs: Any) -> tuple:
         result = op(*args, **kwargs)
         planned = plan_step(op, args, kwargs, result) or ("effect", (op, args, kwargs))
-        self.record(planned, result)
+        self.record(planned, result, self.lanes.current)
         new_token = torch.empty(0)
         return (new_token, *result) if isinstance(result, tuple) else (new_token, result)
 
@@ -101,8 +117,15 @@ class CpuGraph(CapturedGraph):
             for fn, _, _ in recorder.steps
         ]
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
-        self.replay_steps = straight_line(self.steps)
-        """The steps as one generated function (``cpu_program``): what a replay calls."""
+        concurrent = recorder.step_kinds["join"] > 0
+        self.replay_steps = (
+            LaneProgram(self.steps, recorder.step_lanes, recorder.lanes.tags)
+            if concurrent
+            else straight_line(self.steps)
+        )
+        """The steps as one generated function (``cpu_program``), or, with stream blocks
+        planned, as a main path handing blocks to workers (``cpu_lanes``): what a replay
+        calls."""
         self.step_kinds = recorder.step_kinds
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
         self.outputs = outputs
@@ -110,6 +133,8 @@ class CpuGraph(CapturedGraph):
         # (the caller's values are copied in before a replay starts).
         movable = (storages_of(recorder.produced) | storages_of(owned_inputs)) - storages_of(inputs)
         step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
+        if concurrent:
+            keep_block_memory(self.steps, recorder.step_lanes, step_tensors)
         for ready, _, value in watched if self.steps else ():
             step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
         self.watched = list(watched)

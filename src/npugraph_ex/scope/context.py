@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from npugraph_ex.errors import ScopeError
 from npugraph_ex.scope.ops import (
     AICORE_NUM,
@@ -45,10 +43,13 @@ def is_int(value: Any) -> bool:
 
 
 def stream(tag: str, priority: int = 0) -> Scope:
-    """Ops inside run as the branch named ``tag``.
+    """Ops inside run as the branch named ``tag``, beside the main path.
 
-    Passes never move or fuse ops across the scope's edges. Every device runs the branch in
-    program order on the current stream: parallel branches on side streams are not built.
+    The CPU replay engine runs each tag's blocks on a worker thread of its own; CUDA and NPU
+    graphs put them on a side stream per tag. Where the main path (or another tag) uses what a
+    block computes, or writes what it reads, ``plan_streams`` makes it wait for the block there,
+    and every block is finished before the graph returns. Passes never move or fuse ops across
+    the scope's edges.
     """
     check_stream(tag, priority)
     return Scope([STREAM_LABEL, STREAM_PRIORITY], [tag, str(priority)])
@@ -58,7 +59,7 @@ def npu_stream_switch(
     stream_tag: str, stream_priority: int = 0, enable_inner_parallel: bool = True
 ) -> Scope:
     """TorchAir's spelling of :func:`stream`; ``enable_inner_parallel`` is recorded in the
-    block and changes nothing here (the branch runs in program order)."""
+    block and changes nothing here."""
     check_stream(stream_tag, stream_priority)
     if not isinstance(enable_inner_parallel, bool):
         raise ScopeError(
@@ -100,15 +101,3 @@ def super_kernel(scope: str | None, options: str = "") -> Scope:
     if not isinstance(options, str):
         raise ScopeError(f"super_kernel options must be a str, got {options!r}")
     return Scope(["_super_kernel_scope", "_super_kernel_options"], [scope or "", options])
-
-
-def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
-    """TorchAir's explicit dependency: ops that use the result run after ``dependency`` is
-    computed. Returns ``self``, as TorchAir's does. Every block here runs in program order on
-    one stream, so the dependency already holds and no op is added."""
-    if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
-        raise ScopeError(
-            "npu_wait_tensor takes two tensors (self, dependency), got "
-            f"{type(self).__name__} and {type(dependency).__name__}"
-        )
-    return self

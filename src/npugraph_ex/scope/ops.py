@@ -11,7 +11,8 @@ need_execute=False)`` are TorchAir's ops, so its scripts and the passes it docum
 insert these nodes themselves) run unchanged. The keys say what a block does:
 
 - ``_user_stream_label`` (with ``_user_stream_priority``, ``_enable_inner_parallel``): a stream
-  block; its ops keep program order on the current stream;
+  block; its ops run on the tag's side stream (a device runtime's router, ``scope.router``) or
+  worker thread (the CPU replay engine, after ``plan_streams``), in program order elsewhere;
 - ``_op_aicore_num`` / ``_op_vectorcore_num``: a ``limit_core_num`` block, which caps the intra-op
   thread count until its exit (at the larger of the two numbers given);
 - any other key (``_super_kernel_scope``, ``_op_exec_never_timeout``, ...): an Ascend attribute
@@ -38,6 +39,7 @@ from torch._ops import OpOverload
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import ScopeError
+from npugraph_ex.scope.router import active_router
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +133,26 @@ def apply_scope(keys: Sequence[str], values: Sequence[str], need_execute: bool =
             ", ".join(keys),
         )
     undo = limit_threads([cap]) if cap is not None else (lambda: None)
+    router = active_router()
+    if router is not None and STREAM_LABEL in keys:
+        router.enter(*stream_of(keys, values))
+        undo = chained(router.exit, undo)
     open_exits().append(undo)
+
+
+def stream_of(keys: Sequence[str], values: Sequence[str]) -> tuple[str, int]:
+    """The tag and priority of a stream block."""
+    settings = dict(zip(keys, values, strict=True))
+    priority = settings.get(STREAM_PRIORITY, "0")
+    return settings[STREAM_LABEL], int(priority) if priority.lstrip("-").isdigit() else 0
+
+
+def chained(*undos: Callable[[], None]) -> Callable[[], None]:
+    def undo_all() -> None:
+        for undo in undos:
+            undo()
+
+    return undo_all
 
 
 def undo_scope(need_execute: bool = False) -> None:

@@ -1,0 +1,179 @@
+"""Stream blocks on the CPU: each tag's blocks run on a worker thread beside the main path.
+
+At capture, the recorder notes the block each step belongs to (``LaneTracker``); the graph's
+``stream_join`` ops (``passes.plan_streams``) become steps too. A replay then runs:
+
+    main:      step, step, submit(block 0), step, step, join(block 0), step, ...
+    "comm":              [block 0's steps ............]
+
+- submitting a block hands its steps, as one generated function, to its tag's worker (one thread
+  per tag, shared by every graph; a tag's blocks run in the order they were submitted);
+- a join on the main path waits for that block (and re-raises what it raised);
+- a join inside a block makes the block wait for the joined one before it starts;
+- the replay waits for every block before it returns, whatever happened.
+
+The main path submits a block only after every step before it ran, so a block sees all it reads
+from the main path. Memory is safe because every tensor a block touches is an argument of its
+join, so the memory plan keeps it from the block's first step to the join: no concurrent step can
+reuse its bytes. A capture without joins (no stream blocks, or ``plan_streams`` off) runs every
+step in program order, as does a watched replay (tensor dumps).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from npugraph_ex.runtime.cpu_program import straight_line
+from npugraph_ex.runtime.cpu_steps import Step
+from npugraph_ex.scope.events import STREAM_JOIN
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
+
+Lane = int | None
+"""The stream block a step runs in (its number), or None for the main path."""
+
+
+class LaneTracker:
+    """Follows the scope ops a capture runs, to tell which block each kernel belongs to."""
+
+    def __init__(self) -> None:
+        self.open: list[Lane] = []
+        self.tags: dict[int, str] = {}
+        """The tag of each block, by number."""
+
+    @property
+    def current(self) -> Lane:
+        return self.open[-1] if self.open else None
+
+    def lane_of(self, op: Any, args: tuple, kwargs: dict) -> Lane:
+        """The lane of a call to ``op``; opening and closing scopes as the graph does."""
+        if op is SCOPE_ENTER:
+            keys, values = list(args[0]), list(args[1])
+            lane = self.current
+            if STREAM_LABEL in keys:
+                lane = len(self.tags)
+                self.tags[lane] = values[keys.index(STREAM_LABEL)]
+            self.open.append(lane)
+            return lane
+        lane = self.current
+        if op is SCOPE_EXIT and self.open:
+            self.open.pop()
+        return lane
+
+
+def wait_nothing(block: int, touched: Sequence[torch.Tensor]) -> None:
+    """A join run in program order: every block before it is already done."""
+
+
+def join_step(block: int, touched: Sequence[torch.Tensor]) -> Step:
+    return wait_nothing, (block, touched), {}
+
+
+def is_join(op: Any) -> bool:
+    return op is STREAM_JOIN
+
+
+WORKERS: dict[str, ThreadPoolExecutor] = {}
+WORKERS_LOCK = threading.Lock()
+
+
+def worker(tag: str) -> ThreadPoolExecutor:
+    """The thread that runs the blocks of ``tag`` (one per tag, for the process's life)."""
+    with WORKERS_LOCK:
+        if tag not in WORKERS:
+            WORKERS[tag] = ThreadPoolExecutor(1, thread_name_prefix=f"npugraph_ex-{tag}")
+        return WORKERS[tag]
+
+
+def run_block(run: Callable[[], None], after: list[Future], threads: int) -> None:
+    for future in after:
+        future.result()
+    # A thread keeps its own intra-op thread count: the block gets the main path's.
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    # Below autograd, as on the main path (the mode is per thread).
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        run()
+
+
+def block_ends(steps: Sequence[Step], lanes: Sequence[Lane]) -> dict[int, int]:
+    """For each block, the index of the main-path step by which it is surely finished: its own
+    join there, or the main join of a block that waits for it, whichever comes last (the last
+    step when nothing joins it before the end)."""
+    main_join: dict[int, int] = {}
+    waiters: dict[int, list[int]] = {}
+    for index, ((fn, args, _), lane) in enumerate(zip(steps, lanes, strict=True)):
+        if fn is not wait_nothing:
+            continue
+        if lane is None:
+            main_join.setdefault(args[0], index)
+        else:
+            waiters.setdefault(args[0], []).append(lane)
+    last = len(steps) - 1
+
+    def end(block: int) -> int:
+        return max([main_join.get(block, last), *(end(w) for w in waiters.get(block, ()))])
+
+    return {block: end(block) for block in {lane for lane in lanes if lane is not None}}
+
+
+def keep_block_memory(steps: Sequence[Step], lanes: Sequence[Lane], step_tensors: list) -> None:
+    """Make every tensor a block's steps touch live until the block is surely finished (in the
+    memory plan's eyes: ``step_tensors[i]``, the tensors of step ``i``), so no step that may run
+    beside the block shares its bytes."""
+    ends = block_ends(steps, lanes)
+    for index, lane in enumerate(lanes):
+        if lane is not None:
+            step_tensors[ends[lane]] = [*step_tensors[ends[lane]], *step_tensors[index]]
+
+
+class LaneProgram:
+    """The replay of a capture whose steps run on several lanes."""
+
+    def __init__(self, steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]):
+        self.tags = tags
+        self.futures: dict[int, Future] = {}
+        self.blocks: dict[int, Callable[[], None]] = {}
+        self.block_waits: dict[int, list[int]] = {}
+        main: list[Step] = []
+        block_steps: dict[int, list[Step]] = {}
+        for step, lane in zip(steps, lanes, strict=True):
+            joined = step[1][0] if step[0] is wait_nothing else None
+            if lane is None:
+                main.append((self.join, (joined,), {}) if joined is not None else step)
+                continue
+            if lane not in block_steps:
+                block_steps[lane] = []
+                self.block_waits[lane] = []
+                main.append((self.submit, (lane,), {}))
+            if joined is not None:
+                self.block_waits[lane].append(joined)
+            else:
+                block_steps[lane].append(step)
+        self.blocks = {lane: straight_line(found) for lane, found in block_steps.items()}
+        self.run_main = straight_line(main)
+
+    def submit(self, block: int) -> None:
+        after = [self.futures[b] for b in self.block_waits[block] if b in self.futures]
+        threads = torch.get_num_threads()
+        task = worker(self.tags[block]).submit(run_block, self.blocks[block], after, threads)
+        self.futures[block] = task
+
+    def join(self, block: int) -> None:
+        future = self.futures.pop(block, None)
+        if future is not None:
+            future.result()
+
+    def __call__(self) -> None:
+        try:
+            self.run_main()
+        finally:
+            pending, self.futures = list(self.futures.values()), {}
+            for future in pending:
+                future.exception()  # waits; the first error is raised below
+            for future in pending:
+                future.result()

@@ -1,0 +1,190 @@
+"""``plan_streams``: where each lane waits for a stream block (the joins it inserts), and the
+graphs it refuses before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from npugraph_ex.config import Config
+from npugraph_ex.errors import DeadlockRiskError, ScopeError
+from npugraph_ex.passes.plan_streams import plan_streams
+from npugraph_ex.scope import (
+    limit_core_num,
+    npu_create_tagged_event,
+    npu_tagged_event_record,
+    npu_tagged_event_wait,
+    npu_wait_tensor,
+    stream,
+)
+from npugraph_ex.scope.events import STREAM_JOIN
+
+READY = npu_create_tagged_event("ready")
+DONE = npu_create_tagged_event("done")
+
+
+def planned(traced, fn, *args) -> list[str]:  # noqa: ANN001
+    """The graph's call nodes after the pass, as ``join<block>`` and op names, in order."""
+    graph = traced(fn, *args).gm
+    plan_streams(graph, [], Config())
+    graph.graph.lint()
+    names = []
+    for node in graph.graph.nodes:
+        if node.target is STREAM_JOIN:
+            names.append(f"join{node.args[0]}")
+        elif node.op == "call_function":
+            names.append(getattr(node.target, "__name__", str(node.target)).split(".")[0])
+    return names
+
+
+def used_later(x, w):
+    with stream("side"):
+        a = x.sin()
+    b = (x @ w).relu()  # independent: runs while the block runs
+    return a + b
+
+
+def test_the_main_path_joins_a_block_just_before_using_its_result(traced) -> None:
+    names = planned(traced, used_later, torch.randn(4, 4), torch.randn(4, 4))
+    assert names == ["scope_enter", "sin", "scope_exit", "mm", "relu", "join0", "add"]
+
+
+def written_after_read(x):
+    with stream("side"):
+        a = x.cos()
+    x.mul_(2)  # must not overwrite x while the block reads it
+    return a
+
+
+def test_a_write_to_memory_the_block_reads_waits_for_the_block(traced) -> None:
+    names = planned(traced, written_after_read, torch.randn(4))
+    assert names.index("join0") < names.index("copy_")
+    assert names.count("join0") == 1
+
+
+def two_blocks(x):
+    with stream("a"):
+        a = x.sin()
+    with stream("b"):
+        b = a.cos()  # reads block 0 from another lane
+    with stream("a"):
+        c = x.exp()  # same lane as block 0: in order, no join
+    return b + c
+
+
+def test_a_block_waits_for_another_lane_but_never_for_its_own(traced) -> None:
+    names = planned(traced, two_blocks, torch.randn(4))
+    block_b = names[names.index("scope_enter", 3) :]
+    assert block_b[:3] == ["scope_enter", "join0", "cos"]
+    assert names[-4:] == ["join1", "join2", "add", "output"][:3] + names[-1:]
+
+
+def unused_block(x):
+    with stream("side"):
+        x.sin()
+        y = x.cos()
+    return x + 1, y
+
+
+def test_every_block_is_joined_before_the_output(traced) -> None:
+    names = planned(traced, unused_block, torch.randn(4))
+    assert names[-1] == "join0"
+
+
+def recorded_then_waited(x):
+    a = x.sin()
+    npu_tagged_event_record(READY)
+    with stream("side"):
+        npu_tagged_event_wait(READY)  # the main path recorded before opening the block: met
+        b = x.cos()
+        npu_tagged_event_record(DONE)
+    npu_tagged_event_wait(DONE)  # the record is in the block: the main path joins it here
+    return a + b
+
+
+def test_a_wait_on_a_record_in_a_block_joins_the_block(traced) -> None:
+    names = planned(traced, recorded_then_waited, torch.randn(4))
+    assert names.count("join0") == 1
+    wait = names.index("tagged_event_wait", names.index("scope_exit"))
+    assert names[wait - 1] == "join0"
+
+
+def waits_for_tensor(x):
+    with stream("side"):
+        b = x.cos()
+    a = npu_wait_tensor(x.sin(), b)
+    return a * 2
+
+
+def test_npu_wait_tensor_joins_the_block_computing_its_dependency(traced) -> None:
+    names = planned(traced, waits_for_tensor, torch.randn(4))
+    assert names[names.index("depend") - 1] == "join0"
+
+
+def never_recorded(x):
+    with stream("side"):
+        npu_tagged_event_wait(READY)
+        return x.sin()
+
+
+def waits_before_record(x):
+    with stream("side"):
+        npu_tagged_event_wait(READY)
+        y = x.sin()
+    npu_tagged_event_record(READY)
+    return y
+
+
+def crossed_waits(x):
+    with stream("a"):
+        npu_tagged_event_wait(DONE)
+        y = x.sin()
+        npu_tagged_event_record(READY)
+    with stream("b"):
+        npu_tagged_event_wait(READY)
+        z = x.cos()
+        npu_tagged_event_record(DONE)
+    return y + z
+
+
+def nested(x):
+    with stream("a"):
+        with stream("b"):
+            return x.sin()
+
+
+def limited_in_block(x):
+    with stream("a"):
+        with limit_core_num(1, 1):
+            return x.sin()
+
+
+@pytest.mark.parametrize(
+    ("fn", "error", "pieces"),
+    [
+        (never_recorded, ScopeError, ["tag 'ready'", "is never recorded", "in never_recorded"]),
+        (
+            waits_before_record,
+            ScopeError,
+            ["has no record of the tag before it", "comes after it", "record the event first"],
+        ),
+        (
+            crossed_waits,
+            DeadlockRiskError,
+            [
+                "stream blocks wait on each other and would never finish",
+                "stream 'a' waits for 'done'",
+                "recorded by stream 'b'",
+                "stream 'b' waits for 'ready'",
+                "recorded by stream 'a'",
+            ],
+        ),
+        (nested, ScopeError, ["stream block 'b'", "opens inside stream block 'a'", "do not nest"]),
+        (limited_in_block, ScopeError, ["limit_core_num", "inside stream block 'a'", "outside"]),
+    ],
+)
+def test_graphs_that_would_hang_or_cannot_run_are_refused(traced, fn, error, pieces) -> None:  # noqa: ANN001
+    with pytest.raises(error) as raised:
+        planned(traced, fn, torch.randn(4))
+    for piece in pieces:
+        assert piece in str(raised.value)
