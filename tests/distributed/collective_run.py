@@ -18,6 +18,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 from gloo_group import join_gloo_group
 
+from npugraph_ex.scope import stream
+
 CALLS = 4
 
 GRAPH_BREAKS = frozenset({"broadcast"})
@@ -67,9 +69,30 @@ def cases(world: int, weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor]
     def functional_broadcast(x: torch.Tensor) -> torch.Tensor:
         return fc.broadcast(x @ weight, 0, group) - 1
 
+    def all_reduce_on_a_stream(x: torch.Tensor) -> torch.Tensor:
+        y = x @ weight
+        with stream("comm"):
+            dist.all_reduce(y)
+        z = (x * 3) @ weight  # runs while the block reduces
+        return y.relu() + z
+
+    def reduce_beside_compute(x: torch.Tensor) -> torch.Tensor:
+        with stream("comm"):  # computes too: the block runs on the worker of "comm"
+            y = (x @ weight).relu()
+            dist.all_reduce(y)
+        return y + x.sin()
+
+    def all_reduces_on_two_lanes(x: torch.Tensor) -> torch.Tensor:
+        y, z = x @ weight, x @ weight.T
+        with stream("comm"):
+            dist.all_reduce(y)
+        dist.all_reduce(z)  # same group: issued after the block's, on every rank
+        return y * z
+
     return {fn.__name__: fn for fn in (
         all_reduce, all_reduce_max, functional_all_reduce, all_gather, functional_all_gather,
         reduce_scatter, functional_reduce_scatter, broadcast, functional_broadcast,
+        all_reduce_on_a_stream, reduce_beside_compute, all_reduces_on_two_lanes,
     )}  # fmt: skip
 
 

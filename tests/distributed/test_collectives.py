@@ -72,6 +72,9 @@ CAPTURED = [
     "reduce_scatter",
     "functional_reduce_scatter",
     "functional_broadcast",
+    "all_reduce_on_a_stream",
+    "reduce_beside_compute",
+    "all_reduces_on_two_lanes",
 ]
 
 
@@ -96,11 +99,15 @@ def test_c10d_broadcast_breaks_the_graph_and_both_sides_replay(
 
 def test_a_tensor_parallel_qwen3_decode_step_matches_the_whole_model() -> None:
     """Heads and MLP columns split over 2 ranks, an all_reduce after each row-parallel linear:
-    every decode step is one replay, and the tokens are the unsplit model's."""
+    every decode step is one replay, and the tokens are the unsplit model's. Two sequences as
+    micro-batches whose all_reduces run on a stream block beside the other's compute decode
+    each sequence's tokens too."""
     for report in run_ranks(TP_DECODE):
         assert report["tokens_equal"] and report["max_logit_diff"] < 1e-4
         assert (report["graphs"], report["captures"], report["replays"]) == (1, 1, 5)
         assert report["eager_calls"] == 0
+        assert report["two_batch_tokens_equal"]
+        assert report["two_batch"] == {"captures": 1, "replays": 5, "eager_calls": 0, "graphs": 1}
 
 
 def test_a_collective_without_a_process_group_fails_as_in_eager() -> None:

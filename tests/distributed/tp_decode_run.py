@@ -1,13 +1,14 @@
-"""One rank of a tensor-parallel Qwen3 decode step: prints a JSON report.
+"""One rank of a tensor-parallel Qwen3 decode: prints a JSON report.
 
     python tp_decode_run.py --rank R --world W --port P
 
 Every rank builds the same model (the micro Qwen3 preset, one seed) and keeps a whole copy as the
-reference; the other copy is split Megatron-style: the query, key, value, gate and up
-projections by output features (heads and MLP columns), the output and down projections by input
-features, each followed by an all_reduce of its partial sums. An eager prefill fills a
-``StaticCache`` holding this rank's heads, then decode steps run through ``torch.compile``
-(``npugraph_ex``, static shapes) and the whole model decodes the same tokens alongside.
+reference; the other copies are split Megatron-style (``npugraph_ex.bench.tensor_parallel``).
+First the model's own forward, with an all_reduce after each row-parallel linear: an eager
+prefill fills a ``StaticCache`` holding this rank's heads, then decode steps run through
+``torch.compile`` (``npugraph_ex``, static shapes) beside the whole model's. Then two sequences
+as two micro-batches whose all_reduces run on a stream block (``TwoBatchStep``), against the
+whole model decoding each sequence alone.
 """
 
 from __future__ import annotations
@@ -21,36 +22,6 @@ from torch import nn
 
 STEPS = 6
 PROMPT = 5
-
-
-class RowParallelLinear(nn.Module):
-    """This rank's input columns of a linear layer; the all_reduce adds the ranks' parts."""
-
-    def __init__(self, linear: nn.Linear, rank: int, world: int):
-        super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach().chunk(world, dim=1)[rank].clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = nn.functional.linear(x, self.weight)
-        dist.all_reduce(y)
-        return y
-
-
-def keep_rows(linear: nn.Linear, rank: int, world: int) -> None:
-    """This rank's output features of ``linear`` (column-parallel), in place."""
-    linear.weight = nn.Parameter(linear.weight.detach().chunk(world, dim=0)[rank].clone())
-    linear.out_features = linear.weight.shape[0]
-
-
-def shard(model: nn.Module, rank: int, world: int) -> None:
-    for layer in model.model.layers:
-        attention, mlp = layer.self_attn, layer.mlp
-        for linear in (attention.q_proj, attention.k_proj, attention.v_proj):
-            keep_rows(linear, rank, world)
-        attention.o_proj = RowParallelLinear(attention.o_proj, rank, world)
-        keep_rows(mlp.gate_proj, rank, world)
-        keep_rows(mlp.up_proj, rank, world)
-        mlp.down_proj = RowParallelLinear(mlp.down_proj, rank, world)
 
 
 def decode(model: nn.Module, step: object, prompt: torch.Tensor) -> tuple[list, list]:
@@ -71,30 +42,65 @@ def decode(model: nn.Module, step: object, prompt: torch.Tensor) -> tuple[list, 
     return tokens, all_logits
 
 
+def decode_two(step: nn.Module, compiled: object, prompts: torch.Tensor) -> list:
+    """Eager prefill of both sequences through ``step``, then ``STEPS`` steps of ``compiled``."""
+    from npugraph_ex.bench.tensor_parallel import causal_mask, new_caches
+
+    length = PROMPT + STEPS + 1
+    caches = new_caches(step.model, length)
+    positions = torch.arange(PROMPT)
+    logits = step(prompts, positions, causal_mask(positions, length), caches)[:, -1]
+    tokens = [logits.argmax(-1, keepdim=True)]
+    for index in range(STEPS):
+        positions = torch.tensor([PROMPT + index])
+        logits = compiled(tokens[-1], positions, causal_mask(positions, length), caches)[:, -1]
+        tokens.append(logits.argmax(-1, keepdim=True))
+    return torch.cat(tokens, 1).tolist()
+
+
+def called_graphs() -> dict[str, int]:
+    import npugraph_ex
+
+    graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"] or g["eager_calls"]]
+    return {
+        "captures": sum(g["captures"] for g in graphs),
+        "replays": sum(g["replays"] for g in graphs),
+        "eager_calls": sum(sum(g["eager_calls"].values()) for g in graphs),
+        "graphs": len(graphs),
+    }
+
+
 def main() -> None:
     rank, world = join_gloo_group()
     import npugraph_ex
     from npugraph_ex.bench.presets import build_qwen3
+    from npugraph_ex.bench.tensor_parallel import TwoBatchStep, shard
 
     with torch.no_grad():
         whole = build_qwen3("micro", seed=0)
         split = build_qwen3("micro", seed=0)
         shard(split, rank, world)
-        prompt = torch.randint(
-            0, whole.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(1)
+        prompts = torch.randint(
+            0, whole.config.vocab_size, (2, PROMPT), generator=torch.Generator().manual_seed(1)
         )
         step = torch.compile(split.forward, backend="npugraph_ex", dynamic=False)
-        tokens, logits = decode(split, step, prompt)
-        want_tokens, want_logits = decode(whole, whole.forward, prompt)
-    graphs = [g for g in npugraph_ex.stats()["graphs"] if g["captures"] or g["eager_calls"]]
+        tokens, logits = decode(split, step, prompts[:1])
+        want = [decode(whole, whole.forward, prompts[i : i + 1]) for i in range(2)]
+        one_model = called_graphs()
+        npugraph_ex.reset_stats()
+        partial = build_qwen3("micro", seed=0)
+        shard(partial, rank, world, reduce=False)
+        overlapped = TwoBatchStep(partial, overlap=True)
+        compiled = torch.compile(overlapped, backend="npugraph_ex", dynamic=False, fullgraph=True)
+        two_tokens = decode_two(overlapped, compiled, prompts)
+    want_tokens, want_logits = want[0]
     diffs = [float((a - b).abs().max()) for a, b in zip(logits, want_logits, strict=True)]
     print(json.dumps({
         "tokens_equal": all(torch.equal(a, b) for a, b in zip(tokens, want_tokens, strict=True)),
         "max_logit_diff": max(diffs),
-        "captures": sum(g["captures"] for g in graphs),
-        "replays": sum(g["replays"] for g in graphs),
-        "eager_calls": sum(sum(g["eager_calls"].values()) for g in graphs),
-        "graphs": len(graphs),
+        **one_model,
+        "two_batch_tokens_equal": two_tokens == [torch.cat(w[0], 1)[0].tolist() for w in want],
+        "two_batch": called_graphs(),
     }))  # fmt: skip
     dist.destroy_process_group()
 

@@ -188,3 +188,33 @@ def test_graphs_that_would_hang_or_cannot_run_are_refused(traced, fn, error, pie
         planned(traced, fn, torch.randn(4))
     for piece in pieces:
         assert piece in str(raised.value)
+
+
+@pytest.fixture
+def one_rank_group():
+    """A gloo group of one process: enough to trace collectives."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def reductions_on_two_lanes(x):
+    import torch.distributed as dist
+
+    y, z = x * 2, x * 3
+    with stream("comm"):
+        dist.all_reduce(y)
+    w = x.sin()  # no collective: runs beside the block
+    dist.all_reduce(z)  # same group as the block's: issued after it
+    return y + z + w
+
+
+def test_collectives_of_one_group_keep_program_order_across_lanes(traced, one_rank_group) -> None:
+    names = planned(traced, reductions_on_two_lanes, torch.randn(4))
+    main_reduce = names.index("all_reduce", names.index("scope_exit"))
+    assert names[main_reduce - 1] == "join0"
+    assert names.index("sin") < names.index("join0")

@@ -1,5 +1,5 @@
-"""Stream blocks on the CPU replay engine: a tag's blocks run on its worker thread beside the
-main path, with the results of program order."""
+"""Stream blocks: on the CPU replay engine a tag's blocks run on its worker thread beside the
+main path, on CUDA on a side stream of the captured graph; the results are program order's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from helpers import THREADS_SEEN, counts, intra_op_threads, threads_seen
+from helpers import THREADS_SEEN, assert_same, counts, intra_op_threads, threads_seen
 from npugraph_ex.scope import (
     npu_create_tagged_event,
     npu_tagged_event_record,
@@ -67,14 +67,15 @@ def rewrites_input(x, w):
 
 
 @torch.no_grad()
-def test_a_write_to_an_input_the_block_reads_waits_for_the_block() -> None:
+def test_a_write_to_an_input_the_block_reads_waits_for_the_block(device: str) -> None:
     compiled = torch.compile(rewrites_input, backend="npugraph_ex", dynamic=False)
-    w = torch.randn(32, 32)
+    w = torch.randn(32, 32, device=device)
     for _ in range(4):
-        x = torch.randn(32, 32)
+        x = torch.randn(32, 32, device=device)
         mine, theirs = x.clone(), x.clone()
-        assert torch.equal(compiled(mine, w), rewrites_input(theirs, w))
-        assert torch.equal(mine, theirs)
+        assert_same(compiled(mine, w), rewrites_input(theirs, w), device)
+        assert_same(mine, theirs, device)
+    assert counts()["eager_calls"] == 0
 
 
 READY = npu_create_tagged_event("streams_ready")
@@ -91,11 +92,11 @@ def ordered_by_events(x):
 
 
 @torch.no_grad()
-def test_events_and_wait_tensor_keep_results_of_program_order() -> None:
+def test_events_and_wait_tensor_keep_results_of_program_order(device: str) -> None:
     compiled = torch.compile(ordered_by_events, backend="npugraph_ex", dynamic=False)
     for _ in range(3):
-        x = torch.randn(64)
-        assert torch.equal(compiled(x), ordered_by_events(x))
+        x = torch.randn(64, device=device)
+        assert_same(compiled(x), ordered_by_events(x), device)
     assert counts()["replays"] == 2 and counts()["eager_calls"] == 0
 
 

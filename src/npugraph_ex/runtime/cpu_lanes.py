@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.cpu_program import straight_line
-from npugraph_ex.runtime.cpu_steps import Step
+from npugraph_ex.runtime.cpu_steps import CollectiveCopy, Step
 from npugraph_ex.scope.events import STREAM_JOIN
-from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, host_effect
 
 Lane = int | None
 """The stream block a step runs in (its number), or None for the main path."""
@@ -131,14 +131,34 @@ def keep_block_memory(steps: Sequence[Step], lanes: Sequence[Lane], step_tensors
             step_tensors[ends[lane]] = [*step_tensors[ends[lane]], *step_tensors[index]]
 
 
+def collective_tags(steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]) -> set:
+    """Tags whose blocks hold collectives and scope edges only: they need no worker."""
+    found = {tags[lane] for lane in lanes if lane is not None}
+    for (fn, _, _), lane in zip(steps, lanes, strict=True):
+        if lane is not None and not isinstance(fn, CollectiveCopy) and fn not in HOST_EFFECTS:
+            if fn is not wait_nothing:
+                found.discard(tags[lane])
+    return found
+
+
+HOST_EFFECTS = (host_effect(SCOPE_ENTER), host_effect(SCOPE_EXIT))
+
+
 class LaneProgram:
-    """The replay of a capture whose steps run on several lanes."""
+    """The replay of a capture whose steps run on several lanes.
+
+    A tag whose blocks hold only collectives (and their scope edges) gets no worker: the
+    process group's own threads already carry a collective while the caller goes on. Such a
+    block issues its collectives in place and waits for them, copying their results out, at
+    its join; handing it to a thread would only add a switch.
+    """
 
     def __init__(self, steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]):
         self.tags = tags
         self.futures: dict[int, Future] = {}
-        self.blocks: dict[int, Callable[[], None]] = {}
+        self.issued: dict[int, list[tuple[CollectiveCopy, tuple, Sequence]]] = {}
         self.block_waits: dict[int, list[int]] = {}
+        in_place = collective_tags(steps, lanes, tags)
         main: list[Step] = []
         block_steps: dict[int, list[Step]] = {}
         for step, lane in zip(steps, lanes, strict=True):
@@ -149,11 +169,15 @@ class LaneProgram:
             if lane not in block_steps:
                 block_steps[lane] = []
                 self.block_waits[lane] = []
-                main.append((self.submit, (lane,), {}))
+                start = self.issue if tags[lane] in in_place else self.submit
+                main.append((start, (lane,), {}))
             if joined is not None:
                 self.block_waits[lane].append(joined)
             else:
                 block_steps[lane].append(step)
+        self.collectives = {
+            lane: found for lane, found in block_steps.items() if tags[lane] in in_place
+        }
         self.blocks = {lane: straight_line(found) for lane, found in block_steps.items()}
         self.run_main = straight_line(main)
 
@@ -163,7 +187,20 @@ class LaneProgram:
         task = worker(self.tags[block]).submit(run_block, self.blocks[block], after, threads)
         self.futures[block] = task
 
+    def issue(self, block: int) -> None:
+        for waited in self.block_waits[block]:
+            self.join(waited)
+        issued = []
+        for fn, args, kwargs in self.collectives[block]:
+            if isinstance(fn, CollectiveCopy):
+                issued.append((fn, args[0], fn.issue(*args, **kwargs)))
+            else:
+                fn(*args, **kwargs)
+        self.issued[block] = issued
+
     def join(self, block: int) -> None:
+        for fn, targets, new in self.issued.pop(block, ()):
+            fn.finish(targets, new)
         future = self.futures.pop(block, None)
         if future is not None:
             future.result()
@@ -172,6 +209,8 @@ class LaneProgram:
         try:
             self.run_main()
         finally:
+            for block in list(self.issued):
+                self.join(block)
             pending, self.futures = list(self.futures.values()), {}
             for future in pending:
                 future.exception()  # waits; the first error is raised below

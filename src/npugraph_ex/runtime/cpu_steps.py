@@ -195,18 +195,43 @@ def compute_and_copy(
     The recorded outputs travel as the step's first argument, so that every tensor a step
     touches is in its arguments (memory planning re-points them there).
     """
-    kernel = op._op
     indices = tuple(fresh)
     listed = result_tensor_lister(result)
     tensors = listed(result)
-    wait = torch.ops._c10d_functional.wait_tensor.default if is_collective(op) else None
+    targets = tuple(tensors[i] for i in fresh)
+    if is_collective(op):
+        return CollectiveCopy(op, indices, listed), (targets, *args), kwargs
+    kernel = op._op
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
         new = listed(kernel(*call_args, **call_kwargs))
         for index, target in zip(indices, targets, strict=True):
-            if wait is not None:
-                wait(new[index])
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
-    return run, (tuple(tensors[i] for i in fresh), *args), kwargs
+    return run, (targets, *args), kwargs
+
+
+class CollectiveCopy:
+    """A functional collective, replayed: issue it, wait for its result, copy that into the
+    recorded output. ``issue`` and ``finish`` are the two halves, for a stream block that
+    issues its collectives in place and waits for them at its join (``cpu_lanes``)."""
+
+    wait = torch.ops._c10d_functional.wait_tensor.default
+
+    def __init__(self, op: OpOverload, indices: tuple[int, ...], listed: Callable) -> None:
+        self.kernel = op._op
+        self.indices = indices
+        self.listed = listed
+        self.__qualname__ = f"compute_and_copy[{op}]"
+
+    def __call__(self, targets: tuple[torch.Tensor, ...], *args: Any, **kwargs: Any) -> None:
+        self.finish(targets, self.issue(targets, *args, **kwargs))
+
+    def issue(self, targets: tuple[torch.Tensor, ...], *args: Any, **kwargs: Any) -> Sequence:
+        return self.listed(self.kernel(*args, **kwargs))
+
+    def finish(self, targets: tuple[torch.Tensor, ...], new: Sequence[torch.Tensor]) -> None:
+        for index, target in zip(self.indices, targets, strict=True):
+            self.wait(new[index])
+            target.copy_(new[index])

@@ -4,6 +4,10 @@ Warm-up runs on a side stream (as capture does) so that lazily created library h
 workspaces exist before capture; capture then records into a graph whose memory comes from the
 given pool. Capturing executes nothing, so the capturing call replays once.
 
+Stream blocks run on a side stream per tag during warm-up and capture (``SideStreams``): the
+capture records them as branches of the graph, forked with an event wait and joined where
+``plan_streams`` put the joins.
+
 Pools shared by several captures: the caching allocator hands a later capture the blocks an
 earlier one freed (its intermediates), so a later capture's outputs may sit in bytes an earlier
 graph rewrites on every replay. Such captures therefore end with a second, tiny graph that copies
@@ -20,6 +24,7 @@ import torch
 
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.output_copies import private_copies
+from npugraph_ex.scope.router import routing
 
 
 class DeviceGraph(CapturedGraph):
@@ -47,6 +52,50 @@ class DeviceGraph(CapturedGraph):
         return self._pool_bytes
 
 
+class SideStreams:
+    """Routes a graph's stream blocks to side streams while it runs (``scope.router``), so a
+    capture records them as branches forked from, and joined back into, the capturing stream.
+
+    A block's stream first waits for the stream that opens it (it sees all issued before it),
+    and records an event when the block closes; a join makes the joining stream wait for that
+    event. Every block is joined before the graph returns (``plan_streams``), which a capture
+    requires of every stream it forked. A tag keeps its stream for the runtime's life.
+    """
+
+    def __init__(self, module: Any, streams: dict[str, Any]):
+        self.module = module
+        self.streams = streams
+        self.opened: list[tuple[int, Any]] = []
+        """The open block's number and the stream it was opened from."""
+        self.blocks = 0
+        self.ends: dict[int, Any] = {}
+        self.events: dict[str, Any] = {}
+
+    def enter(self, tag: str, priority: int) -> None:
+        if tag not in self.streams:
+            self.streams[tag] = self.module.Stream(priority=priority)
+        opener = self.module.current_stream()
+        side = self.streams[tag]
+        side.wait_stream(opener)
+        self.opened.append((self.blocks, opener))
+        self.blocks += 1
+        self.module.set_stream(side)
+
+    def exit(self) -> None:
+        block, opener = self.opened.pop()
+        self.ends[block] = self.module.current_stream().record_event()
+        self.module.set_stream(opener)
+
+    def record(self, tag: str) -> None:
+        self.events[tag] = self.module.current_stream().record_event()
+
+    def wait(self, tag: str) -> None:
+        self.module.current_stream().wait_event(self.events[tag])
+
+    def join(self, block: int) -> None:
+        self.module.current_stream().wait_event(self.ends[block])
+
+
 class StreamGraphRuntime(DeviceRuntime):
     """Capture and replay through a ``torch.<device>`` module with the CUDA graph API."""
 
@@ -58,13 +107,19 @@ class StreamGraphRuntime(DeviceRuntime):
         self.graph_context = graph_context
         self.pool_growth: dict[Any, int] = {}
         self.pool_users: dict[Any, int] = {}
+        self.side_streams: dict[str, Any] = {}
+        """One side stream per stream-block tag."""
+
+    def routed(self) -> Any:
+        return routing(SideStreams(self.module, self.side_streams))
 
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         side = self.module.Stream()
         side.wait_stream(self.module.current_stream())
         with torch.no_grad(), self.module.stream(side):
             for _ in range(iters):
-                fn(*args)
+                with self.routed():
+                    fn(*args)
         self.module.current_stream().wait_stream(side)
 
     def capture(
@@ -81,7 +136,7 @@ class StreamGraphRuntime(DeviceRuntime):
         before = self.module.memory_reserved()
         graph = self.graph_class()
         context = self.graph_context(graph, pool=pool, capture_error_mode=capture_error_mode)
-        with torch.no_grad(), context:
+        with torch.no_grad(), context, self.routed():
             outputs = as_output_list(fn(*args))
         graphs = [graph]
         self.pool_users[pool] = self.pool_users.get(pool, 0) + 1
