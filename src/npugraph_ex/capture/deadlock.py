@@ -8,8 +8,10 @@ and before anything of it runs, gathers every rank's list of collectives (op, gr
 shapes, source line) and compares them in order. A difference raises :class:`DeadlockRiskError`
 on every rank, naming the first pair that differs; else one log line says "no deadlock risk".
 
-Stream blocks run in program order on every device here (no side streams), so no cross-stream
-wait can deadlock; the check says so when a graph has stream blocks.
+Stream blocks cannot reorder a rank's collectives: ``plan_streams`` joins a block before the next
+collective of the same group, so the program order compared here is the order each rank issues
+them in. Circular waits between stream blocks are refused for every graph when it is built
+(``passes.stream_waits``); with the option, the log line says so for graphs with stream blocks.
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
     mine = collectives_of(gm)
     if STREAM in scopes_in(gm.graph):
         log.info(
-            "npugraph_ex: deadlock_check: %s: stream blocks run in program order here, so no "
-            "cross-stream wait can deadlock",
+            "npugraph_ex: deadlock_check: %s: stream blocks: no circular waits, collectives of "
+            "one group issued in program order",
             graph_name,
         )
     if not mine or not (dist.is_available() and dist.is_initialized()):
