@@ -11,7 +11,10 @@ at a barrier, from reset caches, and runs ``--steps`` one-token steps):
   micro-batch's partial sums travel while the other micro-batch computes.
 
 The figure is inline / overlap per step (above 1: the overlap pays). Rank 0 prints the table and
-writes the record; the first step's logits of the two compiled variants are checked equal.
+writes the record; the first step's logits of the two compiled variants are checked equal. Next
+to it, one all_reduce of a step's size alone, in wall time and in this process's CPU time: how
+much of a collective is work for this host's cores, which an overlap cannot hide when every core
+already has a rank.
 
     python benchmarks/tp_overlap.py
     python benchmarks/tp_overlap.py --preset micro --repeats 9 --threads 1
@@ -119,6 +122,22 @@ def timed_variants(args: argparse.Namespace, rank: int) -> tuple[dict[str, list[
     return interleaved(blocks, args.repeats), same
 
 
+def bare_all_reduce(hidden: int, calls: int = 500) -> dict[str, float]:
+    """Microseconds of wall and of this process's CPU time per all_reduce of one token's
+    hidden state, called back to back."""
+    x = torch.randn(1, 1, hidden)
+    for _ in range(20):
+        dist.all_reduce(x)
+    dist.barrier()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        dist.all_reduce(x)
+    return {
+        "wall_us": (time.perf_counter() - wall) / calls * 1e6,
+        "cpu_us": (time.process_time() - cpu) / calls * 1e6,
+    }
+
+
 def run_rank(args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
@@ -127,14 +146,17 @@ def run_rank(args: argparse.Namespace) -> None:
 
     with torch.no_grad():
         times, same = timed_variants(args, args.rank)
+        collective = bare_all_reduce(QWEN3_PRESETS[args.preset]["hidden_size"])
     everyone: list[Any] = [None] * args.world
     dist.all_gather_object(everyone, {name: median(t) for name, t in times.items()})
     dist.destroy_process_group()
     if args.rank == 0:
-        report(args, times, same, everyone)
+        report(args, times, same, everyone, collective)
 
 
-def report(args: argparse.Namespace, times: dict, same: bool, everyone: list) -> None:
+def report(
+    args: argparse.Namespace, times: dict, same: bool, everyone: list, collective: dict
+) -> None:
     inline, overlap = median(times["inline"]), median(times["overlap"])
     results = {
         name: {"ms_per_step": median(t) * 1e3, "spread": spread(t), "raw_s": t}
@@ -144,6 +166,7 @@ def report(args: argparse.Namespace, times: dict, same: bool, everyone: list) ->
     results["eager_over_overlap"] = median(times["eager"]) / overlap
     results["first_step_logits_equal"] = same
     results["per_rank_median_s"] = everyone
+    results["bare_all_reduce"] = collective
     print(environment_line(environment()))
     print(
         f"{args.world} ranks (gloo), {args.threads} intra-op thread(s) each, Qwen3 "
@@ -161,6 +184,10 @@ def report(args: argparse.Namespace, times: dict, same: bool, everyone: list) ->
     ]
     print(format_table(["variant", "ms/step", "spread", "inline / variant"], rows))
     print(f"first-step logits inline == overlap: {same}")
+    print(
+        f"one all_reduce alone: {collective['wall_us']:.0f} us wall, {collective['cpu_us']:.0f} us "
+        "of this process's CPU"
+    )
     print(json.dumps({"inline_over_overlap": round(results["inline_over_overlap"], 3)}))
     write_json(args.out, NAME, settings_of(args), results)
 

@@ -4,6 +4,7 @@ main path, on CUDA on a side stream of the captured graph; the results are progr
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -32,12 +33,24 @@ def thread_name_fake(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("npugraph_ex_test::nap", mutates_args=())
+def nap(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    """A copy of ``x`` after sleeping (the thread lets the others run meanwhile)."""
+    time.sleep(seconds)
+    return x.clone()
+
+
+@nap.register_fake
+def nap_fake(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
 def side_and_main(x, w):
     with stream("side"):
         a = thread_name(x @ w)
         for _ in range(4):
             a = (a * 0.5).tanh() + x
-    b = thread_name(x + 1)
+    b = thread_name(nap(x + 1, 0.02))  # time enough for the worker to wake and take the block
     for _ in range(4):
         b = (b @ w).sigmoid() - 0.5
     return a + b, b
@@ -55,7 +68,7 @@ def test_a_replay_runs_the_block_on_its_worker_beside_the_main_path() -> None:
         for actual, expected in zip(got, want, strict=True):
             assert torch.equal(actual, expected)
     # The last call was a replay: the block ran on the worker of "side", the rest on main.
-    assert sorted(THREAD_NAMES[:2]) == ["MainThread", "npugraph_ex-side_0"]
+    assert sorted(THREAD_NAMES[:2]) == ["MainThread", "npugraph_ex-side"]
     assert counts()["captures"] == 1 and counts()["replays"] == 3
 
 
@@ -126,5 +139,26 @@ def test_without_the_plan_blocks_run_in_program_order_on_the_main_thread(disable
     compiled(x, w)
     THREAD_NAMES.clear()
     assert torch.equal(compiled(x, w)[0], side_and_main(x, w)[0])
-    expected = ["MainThread"] * 2 if disabled else ["MainThread", "npugraph_ex-side_0"]
+    expected = ["MainThread"] * 2 if disabled else ["MainThread", "npugraph_ex-side"]
     assert sorted(THREAD_NAMES[:2]) == expected
+
+
+def queued_behind_a_long_block(x):
+    with stream("busy"):
+        a = thread_name(nap(x, 0.05))
+    with stream("busy"):
+        b = thread_name(x * 2)  # queued behind the nap on the same worker
+    c = nap(x, 0.01)  # meanwhile the worker takes the first block
+    return (b + c) * 2 + a  # joins the second block first
+
+
+@torch.no_grad()
+def test_a_join_runs_a_block_no_worker_has_started() -> None:
+    """The worker of "busy" naps in the first block; the main path, joining the second block
+    before the worker reaches it, runs it itself, after the first (a tag keeps its order)."""
+    compiled = torch.compile(queued_behind_a_long_block, backend="npugraph_ex", dynamic=False)
+    x = torch.randn(8)
+    compiled(x)
+    THREAD_NAMES.clear()
+    assert torch.equal(compiled(x), queued_behind_a_long_block(x))
+    assert THREAD_NAMES[:2] == ["npugraph_ex-busy", "MainThread"]

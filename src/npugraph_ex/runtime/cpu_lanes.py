@@ -7,8 +7,10 @@ At capture, the recorder notes the block each step belongs to (``LaneTracker``);
     "comm":              [block 0's steps ............]
 
 - submitting a block hands its steps, as one generated function, to its tag's worker (one thread
-  per tag, shared by every graph; a tag's blocks run in the order they were submitted);
-- a join on the main path waits for that block (and re-raises what it raised);
+  per tag, shared by every graph; a tag's blocks run in the order they were submitted;
+  ``cpu_workers``);
+- a join on the main path waits for that block, or runs it itself if no worker has started it
+  yet (and re-raises what it raised);
 - a join inside a block makes the block wait for the joined one before it starts;
 - the replay waits for every block before it returns, whatever happened.
 
@@ -21,15 +23,14 @@ step in program order, as does a watched replay (tensor dumps).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from npugraph_ex.runtime.cpu_program import straight_line
 from npugraph_ex.runtime.cpu_steps import CollectiveCopy, Step
+from npugraph_ex.runtime.cpu_workers import BlockTask, worker
 from npugraph_ex.scope.events import STREAM_JOIN
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, host_effect
 
@@ -75,29 +76,6 @@ def join_step(block: int, touched: Sequence[torch.Tensor]) -> Step:
 
 def is_join(op: Any) -> bool:
     return op is STREAM_JOIN
-
-
-WORKERS: dict[str, ThreadPoolExecutor] = {}
-WORKERS_LOCK = threading.Lock()
-
-
-def worker(tag: str) -> ThreadPoolExecutor:
-    """The thread that runs the blocks of ``tag`` (one per tag, for the process's life)."""
-    with WORKERS_LOCK:
-        if tag not in WORKERS:
-            WORKERS[tag] = ThreadPoolExecutor(1, thread_name_prefix=f"npugraph_ex-{tag}")
-        return WORKERS[tag]
-
-
-def run_block(run: Callable[[], None], after: list[Future], threads: int) -> None:
-    for future in after:
-        future.result()
-    # A thread keeps its own intra-op thread count: the block gets the main path's.
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    # Below autograd, as on the main path (the mode is per thread).
-    with torch._C._AutoDispatchBelowADInplaceOrView():
-        run()
 
 
 def block_ends(steps: Sequence[Step], lanes: Sequence[Lane]) -> dict[int, int]:
@@ -155,7 +133,9 @@ class LaneProgram:
 
     def __init__(self, steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]):
         self.tags = tags
-        self.futures: dict[int, Future] = {}
+        self.tasks: dict[int, BlockTask] = {}
+        """The blocks submitted in this replay and not joined by the main path yet."""
+        self.last_of_tag: dict[str, BlockTask] = {}
         self.issued: dict[int, list[tuple[CollectiveCopy, tuple, Sequence]]] = {}
         self.block_waits: dict[int, list[int]] = {}
         in_place = collective_tags(steps, lanes, tags)
@@ -182,10 +162,13 @@ class LaneProgram:
         self.run_main = straight_line(main)
 
     def submit(self, block: int) -> None:
-        after = [self.futures[b] for b in self.block_waits[block] if b in self.futures]
-        threads = torch.get_num_threads()
-        task = worker(self.tags[block]).submit(run_block, self.blocks[block], after, threads)
-        self.futures[block] = task
+        tag = self.tags[block]
+        after = [self.tasks[b] for b in self.block_waits[block] if b in self.tasks]
+        task = BlockTask(
+            self.blocks[block], self.last_of_tag.get(tag), after, torch.get_num_threads()
+        )
+        self.tasks[block] = self.last_of_tag[tag] = task
+        worker(tag).submit(task)
 
     def issue(self, block: int) -> None:
         for waited in self.block_waits[block]:
@@ -201,9 +184,9 @@ class LaneProgram:
     def join(self, block: int) -> None:
         for fn, targets, new in self.issued.pop(block, ()):
             fn.finish(targets, new)
-        future = self.futures.pop(block, None)
-        if future is not None:
-            future.result()
+        task = self.tasks.pop(block, None)
+        if task is not None:
+            task.wait()
 
     def __call__(self) -> None:
         try:
@@ -211,8 +194,9 @@ class LaneProgram:
         finally:
             for block in list(self.issued):
                 self.join(block)
-            pending, self.futures = list(self.futures.values()), {}
-            for future in pending:
-                future.exception()  # waits; the first error is raised below
-            for future in pending:
-                future.result()
+            pending = list(self.tasks.values())
+            self.tasks, self.last_of_tag = {}, {}
+            for task in pending:
+                task.finish()  # every block, before the first error is raised
+            for task in pending:
+                task.wait()
