@@ -1,7 +1,9 @@
 """What does a scope block cost a CPU replay, and does ``limit_core_num`` reach the kernels?
 
-Two workloads, each compiled three ways and timed in one interleaved loop (median per call):
+Three workloads, each compiled three ways and timed in one interleaved loop (median per call):
 
+- *one op*: ``x + 1`` on 16 floats: what handing a block to another thread and joining it costs
+  (a stream block runs on its tag's worker), against the op alone;
 - *chain*: 50 tiny elementwise ops on 16 floats, where a call is nearly all host cost: compiled
   plain, inside ``stream("s")`` and inside ``limit_core_num(1, 1)``. The difference to plain is
   what the block's two edges cost a replay (the second also sets the thread count twice);
@@ -44,6 +46,10 @@ def chain(x: torch.Tensor) -> torch.Tensor:
     for i in range(CHAIN_OPS):
         x = (x + 1, x * 0.5, x - 2, x.relu())[i % 4]
     return x
+
+
+def one_op(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
 
 
 def product(x: torch.Tensor) -> torch.Tensor:
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     apply_threads(args.threads)
     with torch.no_grad():
         results = {
+            "one op": time_workload(one_op, torch.randn(16), calls=5000, repeats=args.repeats),
             "chain": time_workload(chain, torch.randn(16), calls=2000, repeats=args.repeats),
             "product": time_workload(
                 product, torch.randn(1024, 1024), calls=20, repeats=args.repeats

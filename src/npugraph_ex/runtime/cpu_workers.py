@@ -51,12 +51,19 @@ class BlockTask:
             for task in (self.previous, *self.after):
                 if task is not None:
                     task.wait()
-            # A thread keeps its own intra-op thread count: the block gets the main path's.
-            if torch.get_num_threads() != self.threads:
+            # A thread keeps its own intra-op thread count: the block gets the one the main
+            # path had when it submitted the block, and the thread that ran it gets its own back
+            # (a join inside a limit_core_num block may run the block on the main path).
+            own = torch.get_num_threads()
+            if own != self.threads:
                 torch.set_num_threads(self.threads)
-            # Below autograd, as on the main path (the mode is per thread).
-            with torch._C._AutoDispatchBelowADInplaceOrView():
-                self.run()
+            try:
+                # Below autograd, as on the main path (the mode is per thread).
+                with torch._C._AutoDispatchBelowADInplaceOrView():
+                    self.run()
+            finally:
+                if own != self.threads:
+                    torch.set_num_threads(own)
         except BaseException as error:  # noqa: BLE001  (raised again to whoever waits)
             self.error = error
         finally:

@@ -1,0 +1,312 @@
+"""Where a call's time goes, eager against npugraph_ex: kernels, host overhead, the hardware floor.
+
+Three workloads of one Qwen3 (``--preset``, random weights), each a fixed shape:
+
+- *decode*: one token with a ``StaticCache`` (the decode step of ``npugraph-ex bench``);
+- *one token*: one token without a cache (``use_cache=False``);
+- *prefix N*: ``--prefix`` tokens without a cache, a middle length of the growing loop.
+
+Per workload, timed in one interleaved loop (median per call):
+
+- *eager*: the model's forward;
+- *npugraph_ex*: the compiled forward (default options);
+- *replay*: the capture manager called alone on the arguments the compiled call gives it (key
+  lookup, input copies and the replay; no Dynamo frame, guards or AOTAutograd wrapper);
+- *kernels*: the captured ATen calls alone, in a plain loop over the recorded steps: what a
+  replay of these kernels cannot go below on this CPU, whatever its host code;
+
+and, for eager, the ATen ops' self time under ``torch.profiler`` (the rest is the model's Python
+around them). npugraph_ex's time splits into kernels, the engine and manager (replay - kernels)
+and the wrapper (npugraph_ex - replay: Dynamo's frame and guards, AOTAutograd's wrapper).
+
+The *floor* is the bytes of the weights a call reads at the memory bandwidth measured here (a
+sum over a buffer much larger than the caches): no runtime, fusion or kernel compiler keeping
+fp32 weights goes below it.
+
+Ceilings: eager / kernels is the most a replay of the same ATen calls can gain (every host cost
+gone); eager / floor the most anything can. Each ATen call has a fixed cost besides its work
+(about 2 us here, dispatch and argument checks), which only fewer, fused kernels remove.
+
+    python benchmarks/breakdown.py --plot docs/figures/breakdown.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    QWEN3_PRESETS,
+    add_common_args,
+    apply_threads,
+    environment,
+    environment_line,
+    format_table,
+    interleaved,
+    live_graph_numbers,
+    median,
+    settings_of,
+    step_loop,
+    write_json,
+)
+
+from npugraph_ex.bench.graphs import managers_since
+from npugraph_ex.bench.presets import build_qwen3
+from npugraph_ex.capture.inputs import refresh
+
+NAME = "breakdown"
+CACHE_LENGTH = 128
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser, NAME, repeats=9)
+    parser.add_argument("--preset", choices=sorted(QWEN3_PRESETS), default="tiny")
+    parser.add_argument("--prefix", type=int, default=20, help="tokens of the prefix workload")
+    parser.add_argument("--calls", type=int, default=50, help="calls per timed block")
+    parser.add_argument("--plot", default=None, help="write a PNG chart here")
+    return parser.parse_args(argv)
+
+
+def bandwidth_bytes_per_second(megabytes: int = 512) -> float:
+    """Best of five sums over a buffer far larger than the caches: what streaming reads reach."""
+    buffer = torch.ones(megabytes * 1024 * 1024 // 4)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights one forward reads whole: every linear layer's (the embedding table
+    is read one row per token)."""
+    return sum(
+        p.numel() * p.element_size()
+        for module in model.modules()
+        if isinstance(module, torch.nn.Linear)
+        for p in module.parameters()
+    )
+
+
+def workloads(model: torch.nn.Module, prefix: int) -> dict[str, tuple[Callable, Callable]]:
+    """Each workload as a factory of ``(fn) -> call`` closures over fixed inputs, and what to do
+    before a run of calls (the decode step's cache goes back to empty: a block of calls must
+    stay within its length)."""
+    from transformers import StaticCache
+
+    from npugraph_ex.bench.decode import cache_keyword
+
+    keyword = cache_keyword(model)
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    one = torch.tensor([[1]])
+    tokens = torch.arange(prefix)[None] % model.config.vocab_size
+    position = torch.tensor([0])
+
+    def decode(fn: Callable) -> Callable:
+        return lambda: fn(
+            input_ids=one, cache_position=position, use_cache=True, **{keyword: cache}
+        )
+
+    def one_token(fn: Callable) -> Callable:
+        return lambda: fn(input_ids=one, use_cache=False)
+
+    def prefix_run(fn: Callable) -> Callable:
+        return lambda: fn(input_ids=tokens, use_cache=False)
+
+    def nothing() -> None:
+        pass
+
+    return {
+        "decode": (decode, cache.reset),
+        "one token": (one_token, nothing),
+        f"prefix {prefix}": (prefix_run, nothing),
+    }
+
+
+def measure(
+    workload: Callable, reset: Callable, model: torch.nn.Module, args: argparse.Namespace
+) -> dict:
+    eager = workload(model)
+    before = live_graph_numbers()
+    compiled = workload(torch.compile(model, backend="npugraph_ex", dynamic=False))
+    compiled()
+    compiled()
+    manager, args_in = manager_call(managers_since(before), compiled)
+    entry = next(iter(manager.entries.values()))
+    steps = step_loop(entry.graph)
+
+    def kernels() -> None:
+        refresh(entry.staged.copies, args_in)  # the inputs into their buffers, as a replay does
+        steps()
+
+    calls = {
+        "eager": eager,
+        "npugraph_ex": compiled,
+        "replay": lambda: manager.run(list(args_in)),
+        "kernels": kernels,
+    }
+
+    def block(call: Callable) -> Callable[[], float]:
+        def run() -> float:
+            reset()
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                call()
+            return (time.perf_counter() - start) / args.calls
+
+        return run
+
+    times = interleaved({name: block(call) for name, call in calls.items()}, args.repeats)
+    reset()
+    eager_self, _ = aten_self_time(eager, args.calls)
+    return {
+        "ms": {name: median(t) * 1e3 for name, t in times.items()},
+        "raw_s": times,
+        "eager_aten_ms": eager_self * 1e3,
+        "kernels_per_replay": next(iter(manager.entries.values())).graph.kernel_count,
+    }
+
+
+def aten_self_time(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
+    """Self CPU seconds in ATen ops per call of ``fn`` under torch.profiler, and ATen op calls
+    per call (an op calling another counts both; their self times do not overlap)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    seconds = sum(e.self_cpu_time_total for e in events) * 1e-6 / calls
+    return seconds, sum(e.count for e in events) / calls
+
+
+def manager_call(managers: list[Any], compiled: Callable) -> tuple[Any, list[Any]]:
+    """The capture manager a compiled call runs (a first call may have left others behind), and
+    the arguments that call gives it: called alone on them, it does the key lookup, input
+    copies, replay and outputs, without Dynamo's frame or the wrapper."""
+    kept: dict[int, list[Any]] = {}
+    for index, manager in enumerate(managers):
+        manager.run = lambda args, run=manager.run, index=index: (
+            kept.setdefault(index, list(args)) and run(args)
+        )
+    try:
+        compiled()
+    finally:
+        for manager in managers:
+            del manager.run  # the class's method again
+    ((index, args),) = kept.items()
+    return managers[index], args
+
+
+PARTS = ("kernels", "outside ATen", "engine and manager", "wrapper")
+"""A call's time, in order. Eager: its ATen ops (profiler self time), then the rest (the model's
+Python). npugraph_ex: the captured kernels called in a plain loop, the replay program and the
+capture manager around them, the compiled call's wrapper (Dynamo's frame, AOTAutograd's)."""
+
+
+def derived(result: dict, floor_ms: float) -> dict[str, Any]:
+    ms = result["ms"]
+    eager = {
+        "kernels": result["eager_aten_ms"],
+        "outside ATen": ms["eager"] - result["eager_aten_ms"],
+    }
+    replay = {
+        "kernels": ms["kernels"],
+        "engine and manager": ms["replay"] - ms["kernels"],
+        "wrapper": ms["npugraph_ex"] - ms["replay"],
+    }
+    return {
+        "parts": {
+            "eager": {p: eager.get(p, 0.0) for p in PARTS},
+            "npugraph_ex": {p: replay.get(p, 0.0) for p in PARTS},
+        },
+        "floor ms": floor_ms,
+        "speed-up": ms["eager"] / ms["npugraph_ex"],
+        "ceiling, no host": ms["eager"] / ms["kernels"],
+        "ceiling, floor": ms["eager"] / floor_ms,
+    }
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = dict(zip(PARTS, ("#4c72b0", "#dd8452", "#8172b3", "#c44e52"), strict=True))
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4.4))
+    for ax, (name, result) in zip(axes, results.items(), strict=True):
+        parts = result["derived"]["parts"]
+        bottoms = dict.fromkeys(parts, 0.0)
+        for part in PARTS:
+            heights = [max(parts[v][part], 0.0) for v in parts]
+            ax.bar(
+                list(parts), heights, bottom=list(bottoms.values()), color=colors[part], label=part
+            )
+            bottoms = {v: b + h for (v, b), h in zip(bottoms.items(), heights, strict=True)}
+        floor = result["derived"]["floor ms"]
+        ax.axhline(floor, color="black", linestyle="--", label="floor: weights at bandwidth")
+        ax.set_title(f"{name}: npugraph_ex {result['derived']['speed-up']:.2f}x eager")
+        ax.set_ylabel("ms per call")
+    axes[0].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def table_rows(results: dict) -> list[list[str]]:
+    rows = []
+    for name, result in results.items():
+        d, ms = result["derived"], result["ms"]
+        for variant, parts in d["parts"].items():
+            total = ms["eager"] if variant == "eager" else ms["npugraph_ex"]
+            cells = [f"{parts[p]:.3f}" for p in PARTS]
+            ratios = (
+                [
+                    f"{d['speed-up']:.2f}x",
+                    f"{d['ceiling, no host']:.2f}x",
+                    f"{d['ceiling, floor']:.2f}x",
+                ]
+                if variant != "eager"
+                else ["", "", ""]
+            )
+            floor = f"{d['floor ms']:.3f}" if variant == "eager" else ""
+            rows.append([name, variant, f"{total:.3f}", *cells, floor, *ratios])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    apply_threads(args.threads)
+    model = build_qwen3(args.preset, seed=0, positions=CACHE_LENGTH)
+    bandwidth = bandwidth_bytes_per_second()
+    floor_ms = weight_bytes(model) / bandwidth * 1e3
+    results: dict[str, Any] = {}
+    with torch.no_grad():
+        for name, (workload, reset) in workloads(model, args.prefix).items():
+            torch._dynamo.reset()
+            results[name] = measure(workload, reset, model, args)
+            results[name]["derived"] = derived(results[name], floor_ms)
+    print(environment_line(environment()))
+    print(
+        f"Qwen3 {args.preset}: {weight_bytes(model) / 2**20:.1f} MiB of linear weights; "
+        f"streaming read {bandwidth / 1e9:.1f} GB/s"
+    )
+    header = [
+        "workload", "variant", "ms per call", *(f"{p} ms" for p in PARTS), "floor ms",
+        "speed-up", "ceiling: no host", "ceiling: floor",
+    ]  # fmt: skip
+    print(format_table(header, table_rows(results)))
+    if args.plot:
+        plot(results, args.plot)
+    settings = settings_of(args)
+    write_json(args.out, NAME, settings, {"bandwidth_bytes_per_s": bandwidth, **results})
+
+
+if __name__ == "__main__":
+    main()
