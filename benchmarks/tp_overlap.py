@@ -180,7 +180,7 @@ def report(
             f"{inline / median(times[name]):.2f}x",
         ]
         for name, r in results.items()
-        if isinstance(r, dict)
+        if isinstance(r, dict) and "ms_per_step" in r
     ]
     print(format_table(["variant", "ms/step", "spread", "inline / variant"], rows))
     print(f"first-step logits inline == overlap: {same}")
