@@ -82,6 +82,14 @@ def cases(world: int, weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor]
             dist.all_reduce(y)
         return y + x.sin()
 
+    def compute_after_a_reduce_block(x: torch.Tensor) -> torch.Tensor:
+        y = x @ weight
+        with stream("comm"):  # collectives only: issued in place
+            dist.all_reduce(y)
+        with stream("side"):  # a worker block that reads the reduced y: waits for it
+            z = y.relu() * 2
+        return z + x.sin()
+
     def all_reduces_on_two_lanes(x: torch.Tensor) -> torch.Tensor:
         y, z = x @ weight, x @ weight.T
         with stream("comm"):
@@ -92,7 +100,8 @@ def cases(world: int, weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor]
     return {fn.__name__: fn for fn in (
         all_reduce, all_reduce_max, functional_all_reduce, all_gather, functional_all_gather,
         reduce_scatter, functional_reduce_scatter, broadcast, functional_broadcast,
-        all_reduce_on_a_stream, reduce_beside_compute, all_reduces_on_two_lanes,
+        all_reduce_on_a_stream, reduce_beside_compute, compute_after_a_reduce_block,
+        all_reduces_on_two_lanes,
     )}  # fmt: skip
 
 

@@ -74,6 +74,7 @@ CAPTURED = [
     "functional_broadcast",
     "all_reduce_on_a_stream",
     "reduce_beside_compute",
+    "compute_after_a_reduce_block",
     "all_reduces_on_two_lanes",
 ]
 

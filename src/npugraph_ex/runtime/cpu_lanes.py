@@ -28,11 +28,12 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.runtime.cpu_issued import IssuedBlock, split_at_collectives
 from npugraph_ex.runtime.cpu_program import straight_line
-from npugraph_ex.runtime.cpu_steps import CollectiveCopy, Step
+from npugraph_ex.runtime.cpu_steps import Step
 from npugraph_ex.runtime.cpu_workers import BlockTask, worker
 from npugraph_ex.scope.events import STREAM_JOIN
-from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, host_effect
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
 
 Lane = int | None
 """The stream block a step runs in (its number), or None for the main path."""
@@ -104,41 +105,29 @@ def keep_block_memory(steps: Sequence[Step], lanes: Sequence[Lane], step_tensors
     memory plan's eyes: ``step_tensors[i]``, the tensors of step ``i``), so no step that may run
     beside the block shares its bytes."""
     ends = block_ends(steps, lanes)
+    kept: dict[int, list[torch.Tensor]] = {}
     for index, lane in enumerate(lanes):
         if lane is not None:
-            step_tensors[ends[lane]] = [*step_tensors[ends[lane]], *step_tensors[index]]
-
-
-def collective_tags(steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]) -> set:
-    """Tags whose blocks hold collectives and scope edges only: they need no worker."""
-    found = {tags[lane] for lane in lanes if lane is not None}
-    for (fn, _, _), lane in zip(steps, lanes, strict=True):
-        if lane is not None and not isinstance(fn, CollectiveCopy) and fn not in HOST_EFFECTS:
-            if fn is not wait_nothing:
-                found.discard(tags[lane])
-    return found
-
-
-HOST_EFFECTS = (host_effect(SCOPE_ENTER), host_effect(SCOPE_EXIT))
+            kept.setdefault(ends[lane], []).extend(step_tensors[index])
+    for end, tensors in kept.items():
+        step_tensors[end] = [*step_tensors[end], *tensors]
 
 
 class LaneProgram:
     """The replay of a capture whose steps run on several lanes.
 
-    A tag whose blocks hold only collectives (and their scope edges) gets no worker: the
-    process group's own threads already carry a collective while the caller goes on. Such a
-    block issues its collectives in place and waits for them, copying their results out, at
-    its join; handing it to a thread would only add a switch.
+    A tag whose every block starts with its collectives gets no worker: its blocks are issued in
+    place and finished at their joins (``cpu_issued``), in the order they were issued.
     """
 
     def __init__(self, steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]):
         self.tags = tags
         self.tasks: dict[int, BlockTask] = {}
-        """The blocks submitted in this replay and not joined by the main path yet."""
+        """The worker blocks submitted in this replay and not joined by the main path yet."""
         self.last_of_tag: dict[str, BlockTask] = {}
-        self.issued: dict[int, list[tuple[CollectiveCopy, tuple, Sequence]]] = {}
+        self.issued: dict[str, list[int]] = {}
+        """Per tag, the blocks issued in place and not finished yet, in order."""
         self.block_waits: dict[int, list[int]] = {}
-        in_place = collective_tags(steps, lanes, tags)
         main: list[Step] = []
         block_steps: dict[int, list[Step]] = {}
         for step, lane in zip(steps, lanes, strict=True):
@@ -149,19 +138,33 @@ class LaneProgram:
             if lane not in block_steps:
                 block_steps[lane] = []
                 self.block_waits[lane] = []
-                start = self.issue if tags[lane] in in_place else self.submit
-                main.append((start, (lane,), {}))
+                main.append((self.start, (lane,), {}))
             if joined is not None:
                 self.block_waits[lane].append(joined)
             else:
                 block_steps[lane].append(step)
-        self.collectives = {
-            lane: found for lane, found in block_steps.items() if tags[lane] in in_place
+        splits = {lane: split_at_collectives(found) for lane, found in block_steps.items()}
+        on_workers = {tags[lane] for lane, split in splits.items() if split is None}
+        self.in_place = {
+            lane: IssuedBlock(*split)
+            for lane, split in splits.items()
+            if split is not None and tags[lane] not in on_workers
         }
-        self.blocks = {lane: straight_line(found) for lane, found in block_steps.items()}
+        self.blocks = {
+            lane: straight_line(found)
+            for lane, found in block_steps.items()
+            if lane not in self.in_place
+        }
         self.run_main = straight_line(main)
 
-    def submit(self, block: int) -> None:
+    def start(self, block: int) -> None:
+        for waited in self.block_waits[block]:
+            if block in self.in_place or not self.on_worker(waited):
+                self.join(waited)  # collectives and in-place blocks wait here, first
+        if block in self.in_place:
+            self.in_place[block].issue()
+            self.issued.setdefault(self.tags[block], []).append(block)
+            return
         tag = self.tags[block]
         after = [self.tasks[b] for b in self.block_waits[block] if b in self.tasks]
         task = BlockTask(
@@ -170,20 +173,15 @@ class LaneProgram:
         self.tasks[block] = self.last_of_tag[tag] = task
         worker(tag).submit(task)
 
-    def issue(self, block: int) -> None:
-        for waited in self.block_waits[block]:
-            self.join(waited)
-        issued = []
-        for fn, args, kwargs in self.collectives[block]:
-            if isinstance(fn, CollectiveCopy):
-                issued.append((fn, args[0], fn.issue(*args, **kwargs)))
-            else:
-                fn(*args, **kwargs)
-        self.issued[block] = issued
+    def on_worker(self, block: int) -> bool:
+        return block not in self.in_place
 
     def join(self, block: int) -> None:
-        for fn, targets, new in self.issued.pop(block, ()):
-            fn.finish(targets, new)
+        if block in self.in_place:
+            order = self.issued.get(self.tags[block], [])
+            while block in order:  # a tag's blocks finish in the order they were issued
+                self.in_place[order.pop(0)].finish()
+            return
         task = self.tasks.pop(block, None)
         if task is not None:
             task.wait()
@@ -192,8 +190,9 @@ class LaneProgram:
         try:
             self.run_main()
         finally:
-            for block in list(self.issued):
-                self.join(block)
+            for order in list(self.issued.values()):
+                for block in list(order):
+                    self.join(block)
             pending = list(self.tasks.values())
             self.tasks, self.last_of_tag = {}, {}
             for task in pending:
