@@ -30,29 +30,33 @@ ATOL = 1e-5
 CAPTURE_ONLY_PASSES = {"remove_cat_ops", "inplace_pass", "input_inplace_pass", "plan_streams"}
 
 
-def run_fresh(cache_dir: Path, *flags: str) -> dict[str, Any]:
+def start_fresh(cache_dir: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
-    done = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, str(RUN), *flags],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=600,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report_of(process: subprocess.Popen) -> dict[str, Any]:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def three_processes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """First compile, second process on the same cache, third with the cache disabled."""
+    """First compile, second process on the same cache, third with the cache disabled (its own
+    cache folder, so it runs beside the first)."""
     cache_dir = tmp_path_factory.mktemp("inductor-cache")
-    return [
-        run_fresh(cache_dir),
-        run_fresh(cache_dir),
-        run_fresh(cache_dir, "--disable-cache"),
-    ]
+    first = start_fresh(cache_dir)
+    third = start_fresh(tmp_path_factory.mktemp("inductor-cache-off"), "--disable-cache")
+    first_report = report_of(first)
+    second_report = report_of(start_fresh(cache_dir))
+    return [first_report, second_report, report_of(third)]
 
 
 @pytest.mark.slow
