@@ -324,7 +324,7 @@ def manager_call(manager: Any) -> Callable[[], Any]:
     The inputs the graph copies in are its own static buffers here, so those copies (one token id)
     cost next to nothing; the key lookup and the address checks run in full.
     """
-    args = list(next(iter(manager.entries.values())).static_args)
+    args = list(next(iter(manager.entries.values())).staged.args)
     return lambda: manager(list(args))
 
 
