@@ -152,3 +152,34 @@ def test_a_stored_graph_keeps_its_host_ints(tmp_path: Path) -> None:
     [graph] = variant.graphs
     assert graph.host is not None and graph.host.outputs == ((1, graph.host.order[-1][0]),)
     assert graph.facts.num_inputs == len(graph.host.kept) + len(graph.host.operands)
+
+
+class Branches(torch.nn.Module):
+    """A stream block beside the main path: the stored graph keeps its joins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with npugraph_ex.scope.stream("side"):
+            a = self.lin(x).relu()
+        return a + x.sin()
+
+
+def test_a_stored_graph_keeps_its_stream_joins(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    first, second = Branches(), Branches()
+    second.load_state_dict(first.state_dict())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        npugraph_ex.inference.cache_compile(first.forward, cache_dir=tmp_path)(x)
+        loaded = npugraph_ex.inference.cache_compile(second.forward, cache_dir=tmp_path)
+        results = [(loaded(x), first(x)) for _ in range(3)]
+    assert loaded.cache_info()["hits"] == 3 and loaded.cache_info()["compiled"] == 0
+    for got, want in results:
+        assert torch.equal(got, want)
+    [path] = tmp_path.rglob("compiled_module")
+    [variant] = pickle.loads(read_entry(path)[1])
+    [graph] = variant.graphs
+    assert graph.graph.count(b"stream_join") >= 1  # the pickled graph names the op it calls
