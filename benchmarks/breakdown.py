@@ -47,15 +47,16 @@ from common import (
     format_table,
     interleaved,
     live_graph_numbers,
+    manager_arguments,
     median,
     settings_of,
     step_loop,
+    with_inputs,
     write_json,
 )
 
 from npugraph_ex.bench.graphs import managers_since
 from npugraph_ex.bench.presets import build_qwen3
-from npugraph_ex.capture.inputs import refresh
 
 NAME = "breakdown"
 CACHE_LENGTH = 128
@@ -136,19 +137,13 @@ def measure(
     compiled = workload(torch.compile(model, backend="npugraph_ex", dynamic=False))
     compiled()
     compiled()
-    manager, args_in = manager_call(managers_since(before), compiled)
-    entry = next(iter(manager.entries.values()))
-    steps = step_loop(entry.graph)
-
-    def kernels() -> None:
-        refresh(entry.staged.copies, args_in)  # the inputs into their buffers, as a replay does
-        steps()
-
+    manager, args_in = manager_arguments(managers_since(before), compiled)
+    graph = next(iter(manager.entries.values())).graph
     calls = {
         "eager": eager,
         "npugraph_ex": compiled,
         "replay": lambda: manager.run(list(args_in)),
-        "kernels": kernels,
+        "kernels": with_inputs(manager, args_in, step_loop(graph)),
     }
 
     def block(call: Callable) -> Callable[[], float]:
@@ -183,24 +178,6 @@ def aten_self_time(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
     events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
     seconds = sum(e.self_cpu_time_total for e in events) * 1e-6 / calls
     return seconds, sum(e.count for e in events) / calls
-
-
-def manager_call(managers: list[Any], compiled: Callable) -> tuple[Any, list[Any]]:
-    """The capture manager a compiled call runs (a first call may have left others behind), and
-    the arguments that call gives it: called alone on them, it does the key lookup, input
-    copies, replay and outputs, without Dynamo's frame or the wrapper."""
-    kept: dict[int, list[Any]] = {}
-    for index, manager in enumerate(managers):
-        manager.run = lambda args, run=manager.run, index=index: (
-            kept.setdefault(index, list(args)) and run(args)
-        )
-    try:
-        compiled()
-    finally:
-        for manager in managers:
-            del manager.run  # the class's method again
-    ((index, args),) = kept.items()
-    return managers[index], args
 
 
 PARTS = ("kernels", "outside ATen", "engine and manager", "wrapper")

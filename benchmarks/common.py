@@ -34,6 +34,7 @@ from npugraph_ex.bench.records import run_record
 from npugraph_ex.bench.records import write_json as write_record
 from npugraph_ex.bench.tables import cell_text, format_table
 from npugraph_ex.bench.timing import Block, interleaved, median, scaled, spread, time_calls
+from npugraph_ex.capture.inputs import refresh
 
 __all__ = [
     "QWEN3_PRESETS",
@@ -50,6 +51,7 @@ __all__ = [
     "interleaved",
     "kernels_per_replay",
     "live_graph_numbers",
+    "manager_arguments",
     "median",
     "package_version",
     "scaled",
@@ -58,6 +60,7 @@ __all__ = [
     "spread",
     "step_loop",
     "time_calls",
+    "with_inputs",
     "write_json",
 ]
 
@@ -78,6 +81,37 @@ def captured_graph(before: set[int]) -> tuple[Any, Any]:
         raise RuntimeError(f"expected one replaying graph with one key, found keys {keys}")
     manager = live[0]
     return manager, next(iter(manager.entries.values())).graph
+
+
+def manager_arguments(managers: list[Any], call: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """The capture manager ``call`` runs (an earlier call may have left others behind) and the
+    arguments ``call`` gives it, kept from one call. Called alone on them, the manager does the
+    key lookup, input copies, replay and outputs, without Dynamo's frame or the wrapper."""
+    kept: dict[int, list[Any]] = {}
+    for index, manager in enumerate(managers):
+        manager.run = lambda args, run=manager.run, index=index: (
+            kept.setdefault(index, list(args)) and run(args)
+        )
+    try:
+        call()
+    finally:
+        for manager in managers:
+            del manager.run  # the class's method again
+    ((index, args),) = kept.items()
+    return managers[index], args
+
+
+def with_inputs(manager: Any, args: list[Any], run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` (a bare replay or step loop of ``manager``'s one key) after copying ``args`` into
+    the key's input buffers, as a replay through the manager does: the buffers share the pool's
+    bytes with the graph's intermediates, so a bare run without the copy reads stale values."""
+    copies = next(iter(manager.entries.values())).staged.copies
+
+    def run_with_inputs() -> Any:
+        refresh(copies, args)
+        return run()
+
+    return run_with_inputs
 
 
 def step_loop(graph: Any) -> Callable[[], None]:

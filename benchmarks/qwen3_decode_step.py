@@ -59,11 +59,13 @@ from common import (
     interleaved,
     kernels_per_replay,
     live_graph_numbers,
+    manager_arguments,
     median,
     scaled,
     settings_of,
     spread,
     step_loop,
+    with_inputs,
     write_json,
 )
 from transformers import (
@@ -318,14 +320,17 @@ def bare_block(
     return block
 
 
-def manager_call(manager: Any) -> Callable[[], Any]:
-    """The capture manager called as the wrappers call it, on its captured key's own inputs.
-
-    The inputs the graph copies in are its own static buffers here, so those copies (one token id)
-    cost next to nothing; the key lookup and the address checks run in full.
-    """
-    args = list(next(iter(manager.entries.values())).staged.args)
-    return lambda: manager(list(args))
+def bare_calls(
+    manager: Any, call: Callable[[], Any], cache: StaticCache
+) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any] | None]:
+    """The manager alone, its graph's bare replay and (for the replay engine's graphs) its steps
+    in a plain loop, on the arguments ``call`` gives the manager (the bare runs copy them in
+    first, as a replay does)."""
+    manager, args = manager_arguments([manager], call)
+    cache.reset()
+    graph = next(iter(manager.entries.values())).graph
+    steps = with_inputs(manager, args, step_loop(graph)) if hasattr(graph, "steps") else None
+    return lambda: manager.run(list(args)), with_inputs(manager, args, graph.replay), steps
 
 
 def static_blocks(bench: Bench, steps: int) -> dict[str, Callable[[], float]]:
@@ -333,12 +338,17 @@ def static_blocks(bench: Bench, steps: int) -> dict[str, Callable[[], float]]:
     before = live_graph_numbers()
     cache = bench.new_cache()
     bench.static(torch.tensor([[1]]), torch.tensor([0]), cache)
-    manager, graph = captured_graph(before)
+    manager, _ = captured_graph(before)
+    through_manager, bare, _ = bare_calls(manager, first_step(bench.static, cache), cache)
     return {
         "static kernels": step_block(bench.static, cache, steps),
-        "static kernels, manager": bare_block(manager_call(manager), cache, steps),
-        "static kernels only": bare_block(graph.replay, cache, steps),
+        "static kernels, manager": bare_block(through_manager, cache, steps),
+        "static kernels only": bare_block(bare, cache, steps),
     }
+
+
+def first_step(fn: Callable[..., Any], cache: StaticCache) -> Callable[[], Any]:
+    return lambda: fn(torch.tensor([[1]]), torch.tensor([0]), cache)
 
 
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -354,7 +364,13 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     before_unoptimised = live_graph_numbers()
     unoptimised_cache = bench.new_cache()
     bench.unoptimised(torch.tensor([[1]]), torch.tensor([0]), unoptimised_cache)
-    _, unoptimised_graph = captured_graph(before_unoptimised)
+    unoptimised_manager, unoptimised_graph = captured_graph(before_unoptimised)
+    through_manager, replay_only, steps_only = bare_calls(
+        manager, first_step(bench.compiled, compiled_cache), compiled_cache
+    )
+    _, unoptimised_replay, _ = bare_calls(
+        unoptimised_manager, first_step(bench.unoptimised, unoptimised_cache), unoptimised_cache
+    )
     unguarded_cache, unoptimised_unguarded_cache = bench.new_cache(), bench.new_cache()
     bench.unguarded_modules(torch.tensor([[1]]), torch.tensor([0]), unguarded_cache)
     bench.unoptimised_unguarded_modules(
@@ -370,19 +386,17 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
         "no passes, module guards skipped": step_block(
             bench.unoptimised_unguarded_modules, unoptimised_unguarded_cache, args.steps
         ),
-        "capture manager": bare_block(manager_call(manager), compiled_cache, args.steps),
-        "replay-only": bare_block(graph.replay, compiled_cache, args.steps),
-        "step loop": bare_block(step_loop(graph), compiled_cache, args.steps),
-        "replay-only, no passes": bare_block(
-            unoptimised_graph.replay, unoptimised_cache, args.steps
-        ),
+        "capture manager": bare_block(through_manager, compiled_cache, args.steps),
+        "replay-only": bare_block(replay_only, compiled_cache, args.steps),
+        "step loop": bare_block(steps_only, compiled_cache, args.steps),
+        "replay-only, no passes": bare_block(unoptimised_replay, unoptimised_cache, args.steps),
     }
     if args.static_kernels:
         blocks.update(static_blocks(bench, args.steps))
     times = interleaved(blocks, args.repeats, warmup=args.warmup)
     advanced = int(compiled_cache.layers[0].cumulative_length)
     compiled_cache.reset()
-    kernels, profiled_wall = aten_self_times(graph.replay, args.steps)
+    kernels, profiled_wall = aten_self_times(replay_only, args.steps)
     compiled_cache.reset()
     if args.dynamo_reference:
         compare_dynamo_alone(bench, numerics)
