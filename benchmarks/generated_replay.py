@@ -29,11 +29,13 @@ from common import (
     format_table,
     interleaved,
     live_graph_numbers,
+    manager_arguments,
     median,
     scaled,
     settings_of,
     spread,
     step_loop,
+    with_inputs,
     write_json,
 )
 from qwen3_decode_step import bare_block, build
@@ -53,11 +55,18 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         bench.compiled(torch.tensor([[1]]), torch.tensor([0]), cache)
         bench.compiled(torch.tensor([[1]]), torch.tensor([1]), cache)  # a replay: memory placed
-    _, graph = captured_graph(before)
+        manager, _ = captured_graph(before)
+        manager, call_args = manager_arguments(
+            [manager], lambda: bench.compiled(torch.tensor([[1]]), torch.tensor([2]), cache)
+        )
+    graph = next(iter(manager.entries.values())).graph
     # Both run below autograd, as a replay does: ``run_steps`` calls the generated function.
+    # Each copies the step's inputs into the key's buffers first, as a replay does.
+    generated = with_inputs(manager, call_args, graph.run_steps)
+    looped = with_inputs(manager, call_args, step_loop(graph))
     blocks = {
-        "generated": bare_block(graph.run_steps, cache, args.replays, clock=time.thread_time),
-        "step loop": bare_block(step_loop(graph), cache, args.replays, clock=time.thread_time),
+        "generated": bare_block(generated, cache, args.replays, clock=time.thread_time),
+        "step loop": bare_block(looped, cache, args.replays, clock=time.thread_time),
     }
     times = interleaved(blocks, args.repeats, warmup=1)
     us = {name: median(ts) * 1e6 for name, ts in times.items()}

@@ -26,21 +26,27 @@ from common import (
     environment_line,
     format_table,
     live_graph_numbers,
+    manager_arguments,
     median,
+    with_inputs,
 )
 from qwen3_decode_step import add_step_args, build, parse_step_args, run_and_record
 
 NAME = "replay_kernel_times"
 
 
-def in_sequence(graph: Any, reset: Callable[[], Any], steps: int) -> tuple[list[float], float]:
-    """Seconds per replay spent in each step, with ``steps`` replays from an empty cache."""
+def in_sequence(
+    graph: Any, reset: Callable[[], Any], fill: Callable[[], Any], steps: int
+) -> tuple[list[float], float]:
+    """Seconds per replay spent in each step, with ``steps`` replays from an empty cache
+    (``fill`` copies the inputs into the key's buffers before each, as a replay does)."""
     clock = time.perf_counter
     spent = [0.0] * len(graph.steps)
     reset()
     started = clock()
     with torch._C._AutoDispatchBelowADInplaceOrView():
         for _ in range(steps):
+            fill()
             for index, (fn, args, kwargs) in enumerate(graph.steps):
                 before = clock()
                 fn(*args, **kwargs)
@@ -50,8 +56,8 @@ def in_sequence(graph: Any, reset: Callable[[], Any], steps: int) -> tuple[list[
 
 
 def alone(graph: Any, reset: Callable[[], Any], calls: int) -> list[float]:
-    """Seconds per call of each step called ``calls`` times back to back (cache reset first, so
-    steps that advance a position stay in range)."""
+    """Seconds per call of each step called ``calls`` times back to back (cache reset and inputs
+    copied in first, so steps that advance a position stay in range)."""
     times = []
     with torch._C._AutoDispatchBelowADInplaceOrView():
         for fn, args, kwargs in graph.steps:
@@ -76,13 +82,23 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     cache = bench.new_cache()
     before = live_graph_numbers()
     bench.compiled(torch.tensor([[1]]), torch.tensor([0]), cache)
-    _, graph = captured_graph(before)
+    manager, _ = captured_graph(before)
+    manager, call_args = manager_arguments(
+        [manager], lambda: bench.compiled(torch.tensor([[1]]), torch.tensor([1]), cache)
+    )
+    graph = next(iter(manager.entries.values())).graph
+    fill = with_inputs(manager, call_args, lambda: None)
+
+    def reset() -> None:
+        cache.reset()
+        fill()
+
     sequence_runs, walls, alone_runs = [], [], []
     for _ in range(args.repeats):
-        spent, wall = in_sequence(graph, cache.reset, args.steps)
+        spent, wall = in_sequence(graph, reset, fill, args.steps)
         sequence_runs.append(spent)
         walls.append(wall)
-        alone_runs.append(alone(graph, cache.reset, args.calls))
+        alone_runs.append(alone(graph, reset, args.calls))
     names = graph.step_names
     sequence = by_op(names, [median(col) for col in zip(*sequence_runs, strict=True)])
     isolated = by_op(names, [median(col) for col in zip(*alone_runs, strict=True)])
