@@ -218,3 +218,16 @@ def test_collectives_of_one_group_keep_program_order_across_lanes(traced, one_ra
     main_reduce = names.index("all_reduce", names.index("scope_exit"))
     assert names[main_reduce - 1] == "join0"
     assert names.index("sin") < names.index("join0")
+
+
+def test_a_block_left_open_is_joined_before_the_output(traced) -> None:
+    from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT
+
+    graph = traced(unused_block, torch.randn(4)).gm
+    exits = graph.graph.find_nodes(op="call_function", target=SCOPE_EXIT)
+    for node in exits:  # as a custom pass might leave it: the block never closes
+        graph.graph.erase_node(node)
+    assert graph.graph.find_nodes(op="call_function", target=SCOPE_ENTER)
+    plan_streams(graph, [], Config())
+    *_, join, output = graph.graph.nodes
+    assert join.target is STREAM_JOIN and join.args[0] == 0 and output.op == "output"

@@ -65,6 +65,9 @@ class JoinPlanner:
     def run(self) -> None:
         for node in list(self.graph.nodes):
             if node.op == "output":
+                unclosed = self.lanes.block_of[node]  # a block a custom pass left open
+                if unclosed is not None:
+                    self.pending.append(unclosed)
                 self.join(self.pending, node, None)
                 return
             block = self.lanes.block_of[node]
