@@ -25,7 +25,7 @@ fp32 weights goes below it.
 
 Ceilings: eager / kernels is the most a replay of the same ATen calls can gain (every host cost
 gone); eager / floor the most anything can. Each ATen call has a fixed cost besides its work
-(about 2 us here, dispatch and argument checks), which only fewer, fused kernels remove.
+(about 1.2 us here: ``replay_overhead.py``), which only fewer, fused kernels remove.
 
     python benchmarks/breakdown.py --plot docs/figures/breakdown.png
 """
