@@ -1,0 +1,120 @@
+"""What do many captured keys cost in memory, against one, above the same loop run eagerly?
+
+A tiny Qwen3 (vocabulary ``--vocab``) called without a cache on ``--keys`` lengths from
+``--start`` on (one length per call, ``dynamic=True``, ``capture_limit=256``): every length is a
+key. Each row is a fresh process, which builds the model, compiles it, runs the lengths, releases
+freed heap (``malloc_trim``) and reports its peak resident set (``ru_maxrss``), its resident set
+and the heap in use (``mallinfo2``). The same loop under ``force_eager`` (compiled, nothing
+captured) is the baseline: *above eager* is what capturing adds.
+
+    python benchmarks/key_memory.py
+    python benchmarks/key_memory.py --keys 1 16 64 --vocab 8192 --start 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import resource
+import subprocess
+import sys
+from typing import Any
+
+from common import add_common_args, environment, environment_line, format_table, write_json
+
+NAME = "key_memory"
+MIB = 2**20
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    import npugraph_ex
+    from npugraph_ex.bench.presets import QWEN3_PRESETS
+
+    fields = {**QWEN3_PRESETS["tiny"], "vocab_size": args.vocab}
+    config = Qwen3Config(**fields, max_position_embeddings=args.start + keys + 8)
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    options = {"capture_limit": 256, "force_eager": mode == "force_eager"}
+    forward = torch.compile(model, backend="npugraph_ex", dynamic=True, options=options)
+    ids = torch.randint(0, args.vocab, (1, args.start + keys))
+    with torch.no_grad():
+        for length in range(args.start, args.start + keys):
+            forward(input_ids=ids[:, :length], use_cache=False)
+    gc.collect()
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc_trim(0)
+    libc.mallinfo2.restype = MallInfo2
+    with open("/proc/self/statm", encoding="utf-8") as handle:
+        resident = int(handle.read().split()[1]) * resource.getpagesize()
+    return {
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "resident_mib": resident / MIB,
+        "heap_in_use_mib": libc.mallinfo2().uordblks / MIB,
+        "pool_mib": npugraph_ex.stats()["totals"]["pool_bytes"] / MIB,
+    }
+
+
+def run_child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
+    flags = ["--vocab", str(args.vocab), "--start", str(args.start), "--child", mode, str(keys)]
+    done = subprocess.run(
+        [sys.executable, __file__, *flags], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser, NAME, repeats=1)
+    parser.add_argument("--keys", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--start", type=int, default=128, help="the first length")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args, args.child[0], int(args.child[1]))))
+        return
+    rows, results = [], []
+    for keys in args.keys:
+        eager = run_child(args, "force_eager", keys)
+        captured = run_child(args, "capture", keys)
+        above = {k: captured[k] - eager[k] for k in ("peak_mib", "resident_mib", "heap_in_use_mib")}
+        results.append({"keys": keys, "force_eager": eager, "captured": captured, "above": above})
+    first = results[0]["above"]
+    for result in results:
+        above = result["above"]
+        rows.append([
+            result["keys"], f"{above['peak_mib']:.1f}", f"{above['resident_mib']:.1f}",
+            f"{above['heap_in_use_mib']:.1f}", f"{result['captured']['pool_mib']:.2f}",
+            f"{above['peak_mib'] / first['peak_mib']:.2f}x",
+        ])  # fmt: skip
+    print(environment_line(environment()))
+    print(
+        f"tiny Qwen3, vocabulary {args.vocab}, lengths from {args.start}, dynamic=True; "
+        "MiB above the same loop under force_eager"
+    )
+    header = ["keys", "peak", "resident", "heap in use", "pool", f"peak / {args.keys[0]} key(s)"]
+    print(format_table(header, rows))
+    write_json(args.out, NAME, vars(args), results)
+
+
+if __name__ == "__main__":
+    main()
