@@ -17,6 +17,16 @@ TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
 """Factory arguments an ``out=`` overload takes from its ``out`` tensor instead."""
 
 
+def is_collective(op: Any) -> bool:
+    """A functional collective (``_c10d_functional.all_reduce``, ...): it returns at once, its
+    result complete after ``wait_tensor`` (which is not one)."""
+    return (
+        isinstance(op, OpOverload)
+        and op.namespace == "_c10d_functional"
+        and op.name() != "_c10d_functional::wait_tensor"
+    )
+
+
 def signature_of(op: OpOverload, *, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """The (name, type) pairs of an op's non-out arguments, minus ``drop``."""
     return [

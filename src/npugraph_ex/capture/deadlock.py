@@ -24,12 +24,10 @@ import torch.fx
 
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import DeadlockRiskError
+from npugraph_ex.schemas import is_collective
 from npugraph_ex.scope.ops import STREAM, scopes_in
 
 log = logging.getLogger(__name__)
-
-WAIT = "_c10d_functional::wait_tensor"
-
 
 Collective = tuple[str, str, str, str]
 """What must agree across ranks (op, group, other arguments, input layout), and the source."""
@@ -39,16 +37,13 @@ def collectives_of(gm: torch.fx.GraphModule) -> list[tuple[Collective, str]]:
     """The graph's collectives in program order, each with its user source line."""
     found = []
     for node in gm.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        if target.namespace != "_c10d_functional" or target.name() == WAIT:
+        if node.op != "call_function" or not is_collective(node.target):
             continue
         tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
         others = [a for a in node.args if not isinstance(a, torch.fx.Node)]
         layout = ", ".join(describe_input(t) for t in tensors)
         group = str(others[-1]) if others else ""
-        signature = (str(target), group, repr(others[:-1]), layout)
+        signature = (str(node.target), group, repr(others[:-1]), layout)
         found.append((signature, source_line(node)))
     return found
 

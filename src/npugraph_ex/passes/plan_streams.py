@@ -76,21 +76,28 @@ class JoinPlanner:
             if node.op != "call_function" or is_scope_marker(node.target):
                 continue
             lane = None if block is None else block.tag
-            earlier = [b for b in self.pending if b.tag != lane and self.must_wait(node, b)]
+            others = [b for b in self.pending if b.tag != lane]
+            earlier = self.blocks_to_wait_for(node, others) if others else []
             self.join(earlier, node, block)
             if node.target is EVENT_RECORD:
                 self.latest_record[tag_of(node)] = block
             if block is not None:
                 block.add(node)
 
-    def must_wait(self, node: torch.fx.Node, block: Block) -> bool:
+    def blocks_to_wait_for(self, node: torch.fx.Node, blocks: list[Block]) -> list[Block]:
+        """Those of ``blocks`` that ``node`` must wait for (the rules above)."""
         reads = set().union(*(storages(arg) for arg in tensor_args(node)))
         writes = set().union(*(storages(arg) for arg in written_args(node)))
-        if reads & block.writes or writes & (block.reads | block.writes):
-            return True
-        if collective_group(node) in block.groups:
-            return True
-        return node.target is EVENT_WAIT and self.latest_record.get(tag_of(node)) is block
+        group = collective_group(node)
+        recorded = self.latest_record.get(tag_of(node)) if node.target is EVENT_WAIT else None
+        return [
+            block
+            for block in blocks
+            if reads & block.writes
+            or writes & (block.reads | block.writes)
+            or group in block.groups
+            or block is recorded
+        ]
 
     def join(self, blocks: list[Block], before: torch.fx.Node, waiting: Block | None) -> None:
         """Insert a join of each of ``blocks`` before ``before``, on the lane of ``waiting``."""

@@ -24,10 +24,8 @@ from torch.utils import _pytree as pytree
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import ScopeError
 from npugraph_ex.passes.graph_facts import fake_value
-from npugraph_ex.schemas import argument_value
+from npugraph_ex.schemas import argument_value, is_collective
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, block_of, core_cap
-
-WAIT_TENSOR = "_c10d_functional::wait_tensor"
 
 
 def storages(node: torch.fx.Node) -> set[StorageWeakRef]:
@@ -65,10 +63,7 @@ def written_args(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def collective_group(node: torch.fx.Node) -> str | None:
     """The process group a functional collective calls, or None for any other node."""
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "_c10d_functional":
-        return None
-    if target.name() == WAIT_TENSOR:
+    if not is_collective(node.target):
         return None
     return str(argument_value(node, "group_name"))
 

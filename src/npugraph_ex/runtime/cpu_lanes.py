@@ -159,7 +159,7 @@ class LaneProgram:
 
     def start(self, block: int) -> None:
         for waited in self.block_waits[block]:
-            if block in self.in_place or not self.on_worker(waited):
+            if block in self.in_place or waited in self.in_place:
                 self.join(waited)  # collectives and in-place blocks wait here, first
         if block in self.in_place:
             self.in_place[block].issue()
@@ -172,9 +172,6 @@ class LaneProgram:
         )
         self.tasks[block] = self.last_of_tag[tag] = task
         worker(tag).submit(task)
-
-    def on_worker(self, block: int) -> bool:
-        return block not in self.in_place
 
     def join(self, block: int) -> None:
         if block in self.in_place:

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime.cpu_out_check import writes_in_place
-from npugraph_ex.schemas import TENSOR_OPTION_ARGS, out_variant
+from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
 aten = torch.ops.aten
@@ -165,11 +165,6 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
             out_kwargs.update(zip(out_names, results, strict=True))
             return "out", (out_op, args, out_kwargs)
     return "copy", compute_and_copy(op, args, kwargs, result, fresh)
-
-
-def is_collective(op: OpOverload) -> bool:
-    """A functional collective: it returns at once, its result complete after ``wait_tensor``."""
-    return op.namespace == "_c10d_functional" and op.name() != "_c10d_functional::wait_tensor"
 
 
 def tensors_in_result(result: Any) -> list[torch.Tensor]:
