@@ -42,6 +42,7 @@ from common import (
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
+    aten_self_times,
     environment,
     environment_line,
     format_table,
@@ -158,26 +159,13 @@ def measure(
 
     times = interleaved({name: block(call) for name, call in calls.items()}, args.repeats)
     reset()
-    eager_self, _ = aten_self_time(eager, args.calls)
+    eager_self = sum(aten_self_times(eager, args.calls)[0].values())
     return {
         "ms": {name: median(t) * 1e3 for name, t in times.items()},
         "raw_s": times,
         "eager_aten_ms": eager_self * 1e3,
         "kernels_per_replay": next(iter(manager.entries.values())).graph.kernel_count,
     }
-
-
-def aten_self_time(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
-    """Self CPU seconds in ATen ops per call of ``fn`` under torch.profiler, and ATen op calls
-    per call (an op calling another counts both; their self times do not overlap)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(calls):
-            fn()
-    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
-    seconds = sum(e.self_cpu_time_total for e in events) * 1e-6 / calls
-    return seconds, sum(e.count for e in events) / calls
 
 
 PARTS = ("kernels", "outside ATen", "engine and manager", "wrapper")
