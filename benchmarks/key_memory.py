@@ -5,7 +5,8 @@ A tiny Qwen3 (vocabulary ``--vocab``) called without a cache on ``--keys`` lengt
 key. Each row is a fresh process, which builds the model, compiles it, runs the lengths, releases
 freed heap (``malloc_trim``) and reports its peak resident set (``ru_maxrss``), its resident set
 and the heap in use (``mallinfo2``). The same loop under ``force_eager`` (compiled, nothing
-captured) is the baseline: *above eager* is what capturing adds.
+captured) is the baseline: *above eager* is what capturing adds; *per key*, what each key beyond
+the first row's adds to it.
 
     python benchmarks/key_memory.py
     python benchmarks/key_memory.py --keys 1 16 64 --vocab 8192 --start 128
@@ -69,6 +70,15 @@ def child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
     }
 
 
+def per_key(result: dict[str, Any], first: dict[str, Any], name: str) -> str:
+    """KiB that each key beyond the first row's adds to ``name`` (above eager)."""
+    extra_keys = result["keys"] - first["keys"]
+    if extra_keys <= 0:
+        return "-"
+    extra = result["above"][name] - first["above"][name]
+    return f"{extra * 1024 / extra_keys:.0f}"
+
+
 def run_child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
     flags = ["--vocab", str(args.vocab), "--start", str(args.start), "--child", mode, str(keys)]
     done = subprocess.run(
@@ -98,20 +108,21 @@ def main(argv: list[str] | None = None) -> None:
         captured = run_child(args, "capture", keys)
         above = {k: captured[k] - eager[k] for k in ("peak_mib", "resident_mib", "heap_in_use_mib")}
         results.append({"keys": keys, "force_eager": eager, "captured": captured, "above": above})
-    first = results[0]["above"]
+    first = results[0]
     for result in results:
         above = result["above"]
         rows.append([
             result["keys"], f"{above['peak_mib']:.1f}", f"{above['resident_mib']:.1f}",
             f"{above['heap_in_use_mib']:.1f}", f"{result['captured']['pool_mib']:.2f}",
-            f"{above['peak_mib'] / first['peak_mib']:.2f}x",
+            *(per_key(result, first, name) for name in ("peak_mib", "resident_mib")),
         ])  # fmt: skip
     print(environment_line(environment()))
     print(
         f"tiny Qwen3, vocabulary {args.vocab}, lengths from {args.start}, dynamic=True; "
         "MiB above the same loop under force_eager"
     )
-    header = ["keys", "peak", "resident", "heap in use", "pool", f"peak / {args.keys[0]} key(s)"]
+    header = ["keys", "peak", "resident", "heap in use", "pool"]
+    header += ["peak KiB per key", "resident KiB per key"]
     print(format_table(header, rows))
     write_json(args.out, NAME, vars(args), results)
 

@@ -50,12 +50,16 @@ def run_ranks(script: Path) -> list[dict[str, Any]]:
         )  # fmt: skip
         for rank in range(WORLD)
     ]
-    reports = []
-    for rank in ranks:
-        out, err = rank.communicate(timeout=600)
-        assert rank.returncode == 0, err[-4000:]
-        reports.append(json.loads(out.strip().splitlines()[-1]))
-    return reports
+    done = [rank.communicate(timeout=600) for rank in ranks]
+    # Every failed rank's error: the first to fail is often not rank 0 (the others then lose
+    # their connection to it).
+    failed = [
+        f"rank {index}: {err[-3000:]}"
+        for index, (rank, (_, err)) in enumerate(zip(ranks, done, strict=True))
+        if rank.returncode != 0
+    ]
+    assert not failed, "\n".join(failed)
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in done]
 
 
 @pytest.fixture(scope="module")

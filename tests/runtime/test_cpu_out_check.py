@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from npugraph_ex.runtime import cpu_out_check
 from npugraph_ex.runtime.cpu_out_check import writes_in_place
 
 aten = torch.ops.aten
@@ -26,3 +27,23 @@ def test_an_overload_that_resizes_its_out_is_not() -> None:
     x, y = torch.randn(5, 5), torch.randn(5, 5).sign()
     want = torch.nn.functional.soft_margin_loss(x, y)
     assert not writes_in_place(aten.soft_margin_loss.out, (x, y, 1), {}, ("out",), [want])
+
+
+def test_a_trial_compares_bits_nans_equal_and_signed_zeros_not() -> None:
+    x = torch.tensor([float("nan"), 1.0, -2.0])
+    assert writes_in_place(aten.mul.out, (x, x), {}, ("out",), [x * x])
+    zero = torch.tensor([0.0, 1.0])
+    # mul(0, -1) is -0.0: a result recorded as +0.0 is not the same bits.
+    assert not writes_in_place(
+        aten.mul.out, (zero, -1.0), {}, ("out",), [torch.tensor([0.0, -1.0])]
+    )
+
+
+def test_verdicts_are_kept_for_the_latest_layouts_only(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_out_check, "VERDICTS", {})
+    monkeypatch.setattr(cpu_out_check, "VERDICT_LIMIT", 8)
+    for rows in range(1, 21):
+        x = torch.randn(rows, 3)
+        assert writes_in_place(aten.mul.out, (x, x), {}, ("out",), [x * x])
+    assert len(cpu_out_check.VERDICTS) == 8
+    assert [key[1][0][0][0] for key in cpu_out_check.VERDICTS] == [(r, 3) for r in range(13, 21)]

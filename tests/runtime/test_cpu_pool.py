@@ -91,3 +91,15 @@ def test_a_released_capture_gives_its_slot_up() -> None:
     other.release()
     assert pool.slots[0].writer is None
     assert torch.equal(graph.replay()[0], mlp(x, w))
+
+
+def test_a_smaller_capture_after_a_larger_one_keeps_the_larger_slot() -> None:
+    pool = CpuPool()
+    (big_x, w), (small_x, _) = shapes(64, 4)
+    big = capture(mlp, big_x, w, pool=pool)
+    small = capture(mlp, small_x, w, pool=pool)  # its output is copied into the larger slot
+    assert pool.slots[0].storage.nbytes() == 64 * 32 * 4
+    for x, graph in ((small_x, small), (big_x, big), (small_x, small)):
+        x.copy_(torch.randn_like(x))
+        assert torch.equal(graph.replay()[0], mlp(x, w))
+    assert pool.slots[0].storage.nbytes() == 64 * 32 * 4  # replays needed no new memory

@@ -28,3 +28,14 @@ def test_steps_run_in_order_with_their_bound_arguments() -> None:
 
 def test_no_steps_is_a_function_that_does_nothing() -> None:
     assert straight_line([])() is None
+
+
+def test_captures_of_one_structure_share_code_and_keep_their_own_arguments() -> None:
+    a, b = torch.randn(4), torch.randn(8)
+    out_a, out_b = torch.empty(4), torch.empty(8)
+    replay_a = straight_line([(torch.neg, (a,), {"out": out_a})])
+    replay_b = straight_line([(torch.neg, (b,), {"out": out_b})])
+    assert replay_a.__code__ is replay_b.__code__
+    replay_b()
+    replay_a()
+    assert torch.equal(out_a, -a) and torch.equal(out_b, -b)

@@ -1,9 +1,10 @@
 """The CPU replay engine: a device graph for a device that has none.
 
 Capture runs the graph once under a dispatch mode that sees every ATen kernel with the exact
-tensors it reads and writes, and keeps every tensor it produces alive, so no two tensors of the
-graph share an address by accident. The storages it made then move into a pool, where tensors
-that are never live together share bytes (``cpu_memory``, ``cpu_pool``). Replay re-issues the
+tensors it reads and writes, and keeps every tensor object it produces (their storages are
+told apart by identity, and their bytes freed once dead: ``cpu_release``). The storages the
+kernels allocated then move into a pool, where tensors that are never live together share bytes
+(``cpu_memory``, ``cpu_pool``). Replay re-issues the
 planned steps (see ``cpu_steps``) into that memory: no allocation for kernels with an ``out=``
 overload, no view recomputation, no FX interpretation: one generated function below autograd
 (``cpu_program``).
@@ -11,6 +12,7 @@ overload, no view recomputation, no FX interpretation: one generated function be
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,10 +38,21 @@ from npugraph_ex.runtime.cpu_lanes import (
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import straight_line
-from npugraph_ex.runtime.cpu_steps import Step, plan_step, storages_of
+from npugraph_ex.runtime.cpu_release import (
+    Releaser,
+    ReleasingRun,
+    allocated_storages,
+    storage_keys,
+)
+from npugraph_ex.runtime.cpu_steps import Step, plan_step
 from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
+
+SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
+"""Ops known to be done with their arguments when they return. Any other op (a collective,
+which reads its input until its ``wait_tensor``; a custom op) may keep reading or writing them:
+a capture never frees what such an op was given."""
 
 
 class KernelRecorder(TorchDispatchMode):
@@ -60,6 +73,11 @@ class KernelRecorder(TorchDispatchMode):
         self.lanes = LaneTracker()
         self.step_lanes: list[Lane] = []
         """The stream block each step runs in (None: the main path)."""
+        self.allocated: set[int] = set()
+        """The storages (by ``storage_key``) the kernels allocated: the ones memory planning may
+        move. A view of a graph constant or an input is not one of them."""
+        self.releaser: Releaser | None = None
+        """With one, the storages each kernel allocates are freed once dead (``cpu_release``)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -72,8 +90,18 @@ class KernelRecorder(TorchDispatchMode):
         planned = (
             ("join", join_step(*args)) if is_join(func) else plan_step(func, args, kwargs, result)
         )
+        self.track_storages(func, args, kwargs, result)
         self.record(planned, result, lane)
         return result
+
+    def track_storages(self, op: OpOverload, args: tuple, kwargs: dict, result: Any) -> None:
+        """Note the storages ``op`` allocated, and hand them to the releaser if there is one."""
+        allocated = allocated_storages(args, kwargs, result)
+        self.allocated.update(key for key, _ in allocated)
+        if self.releaser is not None:
+            self.releaser.allocated(allocated)
+            if op.namespace not in SYNCHRONOUS_NAMESPACES:
+                self.releaser.pin((args, kwargs))
 
     def record(self, planned: tuple[str, Step] | None, result: Any, lane: Lane = None) -> None:
         if planned is not None:
@@ -87,6 +115,7 @@ class KernelRecorder(TorchDispatchMode):
     def record_effect(self, token: Any, op: OpOverload, *args: Any, **kwargs: Any) -> tuple:
         result = op(*args, **kwargs)
         planned = plan_step(op, args, kwargs, result) or ("effect", (op, args, kwargs))
+        self.track_storages(op, args, kwargs, result)
         self.record(planned, result, self.lanes.current)
         new_token = torch.empty(0)
         return (new_token, *result) if isinstance(result, tuple) else (new_token, result)
@@ -113,7 +142,7 @@ class CpuGraph(CapturedGraph):
             for fn, args, kwargs in recorder.steps
         ]
         self.step_names = [
-            str(fn) if isinstance(fn, OpOverload) else fn.__qualname__
+            sys.intern(str(fn) if isinstance(fn, OpOverload) else fn.__qualname__)
             for fn, _, _ in recorder.steps
         ]
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
@@ -131,7 +160,7 @@ class CpuGraph(CapturedGraph):
         self.outputs = outputs
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
-        movable = (storages_of(recorder.produced) | storages_of(owned_inputs)) - storages_of(inputs)
+        movable = (recorder.allocated | storage_keys(owned_inputs)) - storage_keys(inputs)
         step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
         if concurrent:
             keep_block_memory(self.steps, recorder.step_lanes, step_tensors)
@@ -139,7 +168,8 @@ class CpuGraph(CapturedGraph):
             step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
         self.watched = list(watched)
         """Each node's value and the steps after which it is complete (a watched capture)."""
-        plan = plan_memory(step_tensors, outputs, movable, live_from_start=owned_inputs)
+        released = recorder.releaser.released if recorder.releaser else {}
+        plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
@@ -241,10 +271,14 @@ class CpuRuntime(DeviceRuntime):
         owned_inputs: Sequence[int] = (),
     ) -> CpuGraph:
         recorder = KernelRecorder()
+        run = fn
         if isinstance(fn, WatchedRun):
             fn.clock = recorder.steps.__len__
+        elif self.plan_memory and isinstance(fn, torch.fx.GraphModule):
+            recorder.releaser = Releaser()
+            run = ReleasingRun(fn, recorder.releaser).run
         with torch.no_grad(), recorder:
-            outputs = as_output_list(fn(*args))
+            outputs = as_output_list(run(*args))
         if not self.plan_memory:
             pool = None
         elif pool is None:

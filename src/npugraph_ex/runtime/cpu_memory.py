@@ -1,7 +1,8 @@
 """Memory planning for the CPU replay engine: which recorded storages may share bytes.
 
-A capture runs with ordinary allocations and keeps every storage it made alive. The plan then
-gives each of those storages a home for replay:
+A capture runs with ordinary allocations and keeps every tensor it made (the bytes of the dead
+ones are freed as it goes, their sizes kept: ``cpu_release``). The plan then gives each storage
+a kernel allocated a home for replay:
 
 - an *intermediate* (a storage no output views) gets an offset in the pool's arena. Two
   intermediates share bytes only when no step touches both while both are live: lifetimes are
@@ -10,9 +11,9 @@ gives each of those storages a home for replay:
 - an *output storage* (one that an output views) goes to an output slot of the pool (see
   ``cpu_pool``), because the caller may hold it after the call.
 
-Storages the capture did not make (inputs, parameters, constants) are never moved. Every recorded
-tensor on a planned storage is later re-pointed with ``Tensor.set_`` at the same element offset,
-size and strides, so views and in-place writes keep their aliasing exactly.
+Storages no kernel allocated (inputs, parameters, constants, and views of them) never move.
+Every recorded tensor on a planned storage is later re-pointed with ``Tensor.set_`` at the same
+element offset, size and strides, so views and in-place writes keep their aliasing exactly.
 
     capture:  mm -> T1 (own storage), relu(T1) -> T2 (own storage), T1 dead after step 2
     plan:     T1 at arena[0:n], T2 at arena[n:2n]; a later T3 may reuse arena[0:n]
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
+
+from npugraph_ex.runtime.cpu_release import storage_key
 
 ALIGNMENT = 64
 """Byte alignment of every planned storage (a cache line; at least any element size)."""
@@ -76,19 +79,22 @@ def aligned(nbytes: int) -> int:
 class BufferCollector:
     """Groups recorded tensors by storage and records when each storage is touched."""
 
-    def __init__(self, movable: set[int]):
+    def __init__(self, movable: set[int], released: dict[int, int]):
         self.movable = movable
+        self.released = released
         self.buffers: dict[int, Buffer] = {}
         self.seen: set[int] = set()
 
     def touch(self, tensor: torch.Tensor, index: int) -> Buffer | None:
-        storage = tensor.untyped_storage()
-        address = storage.data_ptr()
-        if storage.nbytes() == 0 or address not in self.movable:
+        key = storage_key(tensor)
+        if key not in self.movable:
             return None
-        buffer = self.buffers.get(address)
+        buffer = self.buffers.get(key)
         if buffer is None:
-            buffer = self.buffers[address] = Buffer(storage.nbytes(), index, index)
+            nbytes = self.released.get(key) or tensor.untyped_storage().nbytes()
+            if nbytes == 0:
+                return None
+            buffer = self.buffers[key] = Buffer(nbytes, index, index)
         buffer.last = max(buffer.last, index)
         if id(tensor) not in self.seen:
             self.seen.add(id(tensor))
@@ -102,14 +108,16 @@ def plan_memory(
     outputs: Sequence[Any],
     movable: set[int],
     live_from_start: Sequence[torch.Tensor] = (),
+    released: dict[int, int] | None = None,
 ) -> MemoryPlan:
     """Plan the storages touched by the steps (``step_tensors[i]``: the tensors of step ``i``).
 
-    ``movable``: data pointers of the storages the capture allocated, and of ``live_from_start``,
-    tensors written before the first step (the graph's own input buffers); every other storage
-    (inputs, parameters, constants) stays where it is.
+    ``movable``: the storages (by ``storage_key``) the capture allocated, and those of
+    ``live_from_start``, tensors written before the first step (the graph's own input buffers);
+    every other storage (inputs, parameters, constants) stays where it is. ``released``: the
+    size of each storage the capture freed while it ran (``cpu_release``).
     """
-    collector = BufferCollector(movable)
+    collector = BufferCollector(movable, released or {})
     for tensor in live_from_start:
         collector.touch(tensor, 0)
     for index, tensors in enumerate(step_tensors):

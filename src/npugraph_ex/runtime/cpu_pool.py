@@ -105,22 +105,39 @@ class CpuPool:
     def place(self, plan: MemoryPlan) -> PlacedCapture:
         """Move a capture's planned storages into this pool; its outputs enter the slots.
 
-        Output storages keep their values (the capturing call returns them); intermediates are
-        dead between replays and move without theirs.
+        Intermediates are dead between replays and move without their values. Output storages
+        keep theirs (the capturing call returns them; see ``fill_slot``).
         """
         placed = PlacedCapture(self, plan)
-        computed = [buffer.views[0][0].untyped_storage() for buffer in plan.outputs]
         with self.lock:
             if self.arena.nbytes() < plan.arena_bytes:
+                # Nothing in the arena outlives a replay: free the old bytes before taking new
+                # ones rather than copying them over.
+                self.arena.resize_(0)
                 self.arena.resize_(plan.arena_bytes)
             for buffer in plan.intermediates:
                 point_at(buffer.views, self.arena, buffer.offset)
             while len(self.slots) < len(plan.outputs):
                 self.slots.append(OutputSlot())
-            placed.enter()
-            for slot, values in zip(self.slots, computed, strict=False):
-                bytes_of(slot.storage)[: values.nbytes()].copy_(bytes_of(values))
+            for index, buffer in enumerate(plan.outputs):
+                self.fill_slot(index, placed, buffer.views[0][0].untyped_storage())
         return placed
+
+    def fill_slot(self, index: int, capture: PlacedCapture, computed: torch.UntypedStorage) -> None:
+        """Make ``computed``, the capture's ``index``-th output storage, slot ``index``'s: the
+        storage itself where it is at least as large as the slot's (no copy, and the slot's
+        old storage goes, to the caller if it holds it), else its bytes copied into the slot's
+        (so a slot keeps the largest key's size and later replays need no new memory)."""
+        slot = self.slots[index]
+        if slot.writer is not None:
+            unpoint(slot.writer.outputs[index].views)
+        storage = slot.storage
+        if storage is None or storage.nbytes() <= computed.nbytes() or held_elsewhere(storage):
+            slot.storage = computed
+        else:
+            bytes_of(storage)[: computed.nbytes()].copy_(bytes_of(computed))
+            point_at(capture.outputs[index].views, storage, 0)
+        slot.writer = capture
 
     def take_slot(self, index: int, capture: PlacedCapture) -> None:
         """Point ``capture``'s ``index``-th output storage at slot ``index``."""
