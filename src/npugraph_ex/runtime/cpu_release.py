@@ -19,6 +19,7 @@ its input until its ``wait_tensor``, whatever the graph's liveness says).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,21 +46,25 @@ def allocated_storages(
 ) -> list[tuple[int, torch.UntypedStorage]]:
     """The storages of ``result`` that a kernel allocated (none of its arguments' storages)."""
     inputs = storage_keys((args, kwargs))
-    return [
-        (storage_key(t), t.untyped_storage())
-        for t in tensor_leaves(result)
-        if storage_key(t) not in inputs and t.untyped_storage().nbytes() > 0
-    ]
+    found = []
+    for tensor in tensor_leaves(result):
+        storage = tensor.untyped_storage()
+        if storage._cdata not in inputs and storage.nbytes() > 0:
+            found.append((storage._cdata, storage))
+    return found
 
 
 class Releaser:
-    """The storages a capture allocated and has not freed yet, and the sizes of those it freed."""
+    """The storages a capture allocated and has not freed yet, how many live graph values view
+    each storage, and the sizes of those it freed."""
 
     def __init__(self) -> None:
         self.pending: dict[int, torch.UntypedStorage] = {}
         self.released: dict[int, int] = {}
         """Size in bytes of each freed storage, by :func:`storage_key`."""
         self.pinned: set[int] = set()
+        self.holders: Counter[int] = Counter()
+        """How many live graph values view each storage."""
 
     def allocated(self, storages: list[tuple[int, torch.UntypedStorage]]) -> None:
         self.pending.update((key, storage) for key, storage in storages if key not in self.pinned)
@@ -70,13 +75,43 @@ class Releaser:
             self.pinned.add(key)
             self.pending.pop(key, None)
 
-    def release_all_but(self, alive: Any) -> None:
-        """Free every pending storage that no tensor in ``alive`` views."""
-        kept = storage_keys(alive)
-        for key in [key for key in self.pending if key not in kept]:
-            storage = self.pending.pop(key)
-            self.released[key] = storage.nbytes()
-            storage.resize_(0)
+    def hold(self, keys: Iterable[int]) -> None:
+        self.holders.update(keys)
+
+    def let_go(self, keys: Iterable[int]) -> None:
+        self.holders.subtract(keys)
+        self.release_unheld(keys)
+
+    def release_unheld(self, keys: Iterable[int] | None = None) -> None:
+        """Free every pending storage (of ``keys``, or any) that no live graph value views."""
+        candidates = list(self.pending) if keys is None else keys
+        for key in candidates:
+            if key in self.pending and self.holders[key] <= 0:
+                storage = self.pending.pop(key)
+                self.released[key] = storage.nbytes()
+                storage.resize_(0)
+
+
+class LiveValues(dict):
+    """The interpreter's environment (node -> value), telling the releaser which storages the
+    values entering and leaving it view. After a node's value enters, whatever that node
+    allocated and its value does not view (a temporary of a node of several kernels) is freed;
+    when a value leaves (past its last use), the storages no other live value views are."""
+
+    def __init__(self, releaser: Releaser):
+        super().__init__()
+        self.releaser = releaser
+        self.storages: dict[torch.fx.Node, set[int]] = {}
+
+    def __setitem__(self, node: torch.fx.Node, value: Any) -> None:
+        super().__setitem__(node, value)
+        keys = self.storages[node] = storage_keys(value)
+        self.releaser.hold(keys)
+        self.releaser.release_unheld()
+
+    def __delitem__(self, node: torch.fx.Node) -> None:
+        super().__delitem__(node)
+        self.releaser.let_go(self.storages.pop(node))
 
 
 class ReleasingRun(torch.fx.Interpreter):
@@ -86,8 +121,5 @@ class ReleasingRun(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=True)
         self.releaser = releaser
 
-    def run_node(self, n: torch.fx.Node) -> Any:
-        # The values of nodes past their last use are gone from env by now (the graph's inputs
-        # are never pending: no kernel allocated them).
-        self.releaser.release_all_but(list(self.env.values()))
-        return super().run_node(n)
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return super().run(*args, initial_env=LiveValues(self.releaser), **kwargs)
