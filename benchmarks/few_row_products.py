@@ -17,9 +17,15 @@ order, timed in one interleaved loop three ways:
 With ``--bias`` every product also adds a bias of one value per weight row, as an
 ``nn.Linear`` with a bias does: ``addmm`` in eager mode, and the split as one ``baddbmm``.
 
+With ``--onednn`` two more variants call oneDNN's linear kernel (what Inductor's ``freezing``
+uses on CPU), which the default path does not use: *onednn packed* on weights reordered once,
+outside the timing, into oneDNN's blocked layout for that row count (a second copy of every
+weight), and *onednn* on the weights as they are (reordered inside every call).
+
     python benchmarks/few_row_products.py
     python benchmarks/few_row_products.py --rows 1 2 4 8 16 32 64
     python benchmarks/few_row_products.py --bias --rows 1 4 8 16
+    python benchmarks/few_row_products.py --onednn --rows 1 4 8 12 16 20 28 35
 """
 
 from __future__ import annotations
@@ -51,6 +57,23 @@ from npugraph_ex.passes.patterns.row_products import replace_with_bias as split_
 
 NAME = "few_row_products"
 VARIANTS = ("eager mm", "inductor mm", "inductor reduction", "split bmm")
+ONEDNN_VARIANTS = ("onednn packed", "onednn")
+
+
+def onednn_products(
+    weights: list[torch.Tensor], biases: list[torch.Tensor] | None, rows: int
+) -> dict[str, Callable[[list[torch.Tensor]], Any]]:
+    """The products through oneDNN's linear, on packed and on plain weights."""
+    linear = torch.ops.mkldnn._linear_pointwise
+    pairs = list(zip(weights, biases or [None] * len(weights), strict=True))
+    packed = [(torch.ops.mkldnn._reorder_linear_weight(w, rows), b) for w, b in pairs]
+
+    def through(pairs: list[tuple[torch.Tensor, Any]]) -> Callable[[list[torch.Tensor]], Any]:
+        return lambda xs: [
+            linear(x, w, b, "none", [], "") for x, (w, b) in zip(xs, pairs, strict=True)
+        ]
+
+    return {"onednn packed": through(packed), "onednn": through(pairs)}
 
 
 def products(
@@ -94,10 +117,13 @@ def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -
     inputs = [torch.randn(rows, w.shape[1]) for w in weights]
     biases = [torch.randn(w.shape[0]) for w in weights] if args.bias else None
     fns = products(weights, biases)
+    if args.onednn:
+        fns.update(onednn_products(weights, biases, rows))
     reference = fns["eager mm"](inputs)
     diff = max(
         float((a - b).abs().max())
-        for variant in ("inductor reduction", "split bmm")
+        for variant in fns
+        if variant not in ("eager mm", "inductor mm")
         for a, b in zip(reference, fns[variant](inputs), strict=True)
     )
     blocks = {
@@ -121,18 +147,19 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, count: int) 
         f"{args.preset}: {count} weight matrices{plus}; "
         f"median of {args.repeats} interleaved repeats"
     )
+    variants = VARIANTS + (ONEDNN_VARIANTS if args.onednn else ())
+    against = ("inductor reduction", "split bmm", *ONEDNN_VARIANTS[: 2 if args.onednn else 0])
     headers = [
         "rows",
-        *(f"{v} ms" for v in VARIANTS),
-        "eager mm / reduction",
-        "eager mm / split bmm",
+        *(f"{v} ms" for v in variants),
+        *(f"eager mm / {v}" for v in against),
         "max |diff|",
     ]
     rows = []
     for r in results:
         ms = r["median_ms"]
-        ratios = [f"{ms['eager mm'] / ms[v]:.2f}x" for v in ("inductor reduction", "split bmm")]
-        rows.append([r["rows"], *(ms[v] for v in VARIANTS), *ratios, f"{r['max_abs_diff']:.2g}"])
+        ratios = [f"{ms['eager mm'] / ms[v]:.2f}x" for v in against]
+        rows.append([r["rows"], *(ms[v] for v in variants), *ratios, f"{r['max_abs_diff']:.2g}"])
     print(format_table(headers, rows))
 
 
@@ -143,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
     parser.add_argument(
         "--bias", action="store_true", help="add a bias per weight row to every product"
+    )
+    parser.add_argument(
+        "--onednn", action="store_true", help="add oneDNN's linear, on packed and plain weights"
     )
     add_common_args(parser, NAME, repeats=7)
     args = parser.parse_args(argv)
