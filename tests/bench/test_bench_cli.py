@@ -41,6 +41,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path
     command = [sys.executable, "-m", "npugraph_ex.cli", "bench", "--model", "micro"]
     command += ["--tokens", str(TOKENS), "--steps", "4", "--max-cache-len", "16"]
     command += ["--repeats", "2", "--variants", "eager,npugraph_ex"]
+    command += ["--workloads", ",".join(WORKLOADS)]
     command += ["--out", str(folder / "bench.json"), "--plot", str(folder / "bench.png")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -49,7 +50,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path
 
 
 @pytest.mark.slow
-def test_the_record_holds_every_field_for_both_workloads(bench_run: tuple) -> None:
+def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> None:
     record, _, _ = bench_run
     for key in ("benchmark", "command", "timestamp", "environment", "settings", "workloads"):
         assert key in record
@@ -67,16 +68,20 @@ def test_the_record_holds_every_field_for_both_workloads(bench_run: tuple) -> No
 
 
 @pytest.mark.slow
-def test_npugraph_ex_captures_one_key_per_length_and_one_for_decode(bench_run: tuple) -> None:
+def test_npugraph_ex_captures_one_key_per_length_and_one_for_a_fixed_shape(
+    bench_run: tuple,
+) -> None:
     record, _, _ = bench_run
-    growing, decode = record["workloads"]["growing"], record["workloads"]["decode"]
+    growing, decode, token = (record["workloads"][name] for name in ("growing", "decode", "token"))
     assert growing["distinct_lengths"] == TOKENS
     assert growing["compile_args"]["by_variant"]["npugraph_ex"]["options"] == {
         "capture_limit": TOKENS
     }
     assert growing["variants"]["npugraph_ex"]["captured_keys"] == TOKENS
     assert decode["variants"]["npugraph_ex"]["captured_keys"] == 1
-    for workload in (growing, decode):
+    assert token["variants"]["npugraph_ex"]["captured_keys"] == 1
+    assert token["steps"] == 4 and token["use_cache"] is False
+    for workload in (growing, decode, token):
         assert workload["variants"]["npugraph_ex"]["pool_bytes"] > 0
 
 
@@ -86,7 +91,7 @@ def test_greedy_tokens_match_eager(bench_run: tuple) -> None:
     for workload in record["workloads"].values():
         assert workload["variants"]["npugraph_ex"]["tokens_match_eager"] is True
     rows = [line for line in stdout.splitlines() if line.startswith("| npugraph_ex ")]
-    assert len(rows) == 2
+    assert len(rows) == len(WORKLOADS)
     assert all(" yes |" in line for line in rows)
 
 
@@ -128,7 +133,7 @@ def test_cuda_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "--workloads", "growing,prefill"], "--workloads takes growing, decode"),
+        (["bench", "--workloads", "growing,prefill"], "--workloads takes growing, decode, token"),
         (["bench", "--steps", "16", "--max-cache-len", "16"], "--steps must be less than"),
         (["bench", "--tokens", "0"], "expected an int >= 1, got 0"),
         (["bench", "--model", "qwen3-8b"], "invalid choice: 'qwen3-8b'"),

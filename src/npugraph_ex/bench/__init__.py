@@ -4,8 +4,8 @@ Each module holds one idea: ``presets`` (the Qwen3 configs), ``environment`` (wh
 measured), ``timing`` (interleaved repeats, median and spread), ``tables`` and ``records`` (the
 Markdown and JSON output), ``plotting`` (bar charts, matplotlib imported lazily), ``graphs``
 (reading the capture managers a compiled function made), ``memory``, ``progress``; then the
-command itself: ``variants``, the workloads (``workload``, ``growing``, ``decode``), ``runner``,
-``command`` and ``output``, the one module that prints.
+command itself: ``variants``, the workloads (``workload``, ``growing``, ``decode``,
+``one_token``), ``runner``, ``command`` and ``output``, the one module that prints.
 
 The scripts in the repository's ``benchmarks/`` folder import the shared helpers from here.
 Importing this package imports torch but not transformers or matplotlib.

@@ -17,6 +17,7 @@ from npugraph_ex.bench import output
 from npugraph_ex.bench.decode import Decode
 from npugraph_ex.bench.environment import apply_threads, environment
 from npugraph_ex.bench.growing import PROMPT_TOKENS, Growing, prompt_ids
+from npugraph_ex.bench.one_token import OneToken
 from npugraph_ex.bench.presets import QWEN3_MODELS, build_qwen3, describe_model
 from npugraph_ex.bench.progress import Progress
 from npugraph_ex.bench.records import run_record, write_json
@@ -26,7 +27,7 @@ from npugraph_ex.bench.variants import DEFAULTS, VARIANTS, check_names, selectio
 from npugraph_ex.bench.workload import Workload
 
 NAME = "bench"
-WORKLOADS = ("growing", "decode")
+WORKLOADS = ("growing", "decode", "token")
 
 DESCRIPTION = """\
 Qwen3 causal LM (built from a config, random weights, no download), eager against npugraph_ex
@@ -36,6 +37,8 @@ workloads:
   growing  greedy generation without a KV cache: every step runs the whole sequence so far, so
            every step is a new length (dynamic=True; npugraph_ex captures one key per length)
   decode   one-token decode step over a StaticCache: one fixed shape (dynamic=False, one key)
+  token    one-token forward without a KV cache, fed its own pick (dynamic=False, one key);
+           run only when named
 
 Per variant: first run / first call (compilation and capture), steady tokens/s and speed-up over
 eager (median of interleaved repeats), captured keys, memory, and whether the greedy tokens equal
@@ -91,9 +94,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         type=name_list,
-        default=list(WORKLOADS),
+        default=["growing", "decode"],
         metavar="NAMES",
-        help="comma-separated workloads to run: growing, decode (default both)",
+        help="comma-separated workloads to run: growing, decode, token (default growing,decode)",
     )
     defaults = "; ".join(f"{w}: {', '.join(v)}" for w, v in DEFAULTS.items())
     parser.add_argument(
@@ -124,8 +127,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=positive_int,
         default=64,
         metavar="N",
-        help="decode: steps per timed block, and greedy tokens checked against eager (default "
-        "64; less than --max-cache-len)",
+        help="decode and token: steps per timed block, and greedy tokens checked against eager "
+        "(default 64; decode: less than --max-cache-len)",
     )
     parser.add_argument(
         "--max-cache-len",
@@ -218,6 +221,9 @@ def workloads(model: torch.nn.Module, args: argparse.Namespace) -> list[Workload
             sync,
         ),
         "decode": lambda: Decode(model, args.steps, args.max_cache_len, args.device, sync),
+        "token": lambda: OneToken(
+            model, prompt_ids(model.config.vocab_size, 1, args.seed, args.device), args.steps, sync
+        ),
     }
     return [built[name]() for name in args.workloads]
 

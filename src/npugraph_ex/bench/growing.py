@@ -66,6 +66,10 @@ class Growing:
     def bind(self, fn: Callable[..., torch.Tensor]) -> GrowingRun:
         return GrowingRun(self, fn)
 
+    def next_ids(self, ids: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        """The next step's input: the sequence so far and the token just picked."""
+        return torch.cat([ids, picked], dim=1)
+
     @property
     def title(self) -> str:
         prompt, count = self.prompt.shape[1], len(self.lengths)
@@ -92,31 +96,36 @@ class Growing:
 
 @dataclass
 class GrowingRun:
+    """A greedy generation of ``workload.new_tokens`` tokens from ``workload.prompt``, each step's
+    input made by ``workload.next_ids`` (also the run of the ``token`` workload)."""
+
     workload: Growing
     fn: Callable[..., torch.Tensor]
 
     def generate(
         self, keep: list[torch.Tensor] | None, advance: Callable[[], None]
-    ) -> torch.Tensor:
-        """The whole generation; the ids at the end. ``keep`` collects last-position logits."""
+    ) -> list[torch.Tensor]:
+        """The whole generation; the tokens picked. ``keep`` collects last-position logits."""
         ids = self.workload.prompt
+        picks = []
         for _ in range(self.workload.new_tokens):
             last = self.fn(ids)[:, -1]
             if keep is not None:
                 # A replay's outputs are the graph's memory, rewritten by its next replay.
                 keep.append(last.clone())
-            ids = torch.cat([ids, last.argmax(-1, keepdim=True)], dim=1)
+            picks.append(last.argmax(-1, keepdim=True))
+            ids = self.workload.next_ids(ids, picks[-1])
             advance()
-        return ids
+        return picks
 
     def first(self, advance: Callable[[], None]) -> tuple[float, Generation]:
         logits: list[torch.Tensor] = []
         self.workload.sync()
         start = time.perf_counter()
-        ids = self.generate(logits, advance)
+        picks = self.generate(logits, advance)
         self.workload.sync()
         seconds = time.perf_counter() - start
-        tokens = ids[0, self.workload.prompt.shape[1] :].tolist()
+        tokens = [int(pick) for pick in picks]
         return seconds, Generation(tokens, [t[0].cpu() for t in logits])
 
     def block(self) -> float:

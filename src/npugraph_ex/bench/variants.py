@@ -92,6 +92,7 @@ BASELINE = "eager"
 DEFAULTS: dict[str, tuple[str, ...]] = {
     "growing": ("eager", "npugraph_ex"),
     "decode": ("eager", "npugraph_ex", "npugraph_ex+static_kernels"),
+    "token": ("eager", "npugraph_ex", "npugraph_ex+static_kernels"),
 }
 """What each workload runs without ``--variants``."""
 
