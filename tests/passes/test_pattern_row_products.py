@@ -14,6 +14,7 @@ from models import make_tiny_qwen2, make_tiny_qwen3
 from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.passes.patterns import row_products, split_probe
 from npugraph_ex.passes.patterns.row_products import MIN_WEIGHT_ELEMENTS
 from npugraph_ex.scope import limit_core_num, stream
 
@@ -29,7 +30,9 @@ THREADS = 2
 
 
 @pytest.fixture
-def threads() -> Iterator[None]:
+def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``THREADS`` intra-op threads, on a host where the split pays (whatever this one says)."""
+    monkeypatch.setattr(row_products, "split_pays", lambda: True)
     with intra_op_threads(THREADS):
         yield
 
@@ -262,3 +265,18 @@ def test_non_contiguous_operands(fused, threads, operand, applies) -> None:
     result = fused(product, x, w)
     assert result.applied(BMM) if applies else result.refused()
     result.assert_close(**TOLERANCE)
+
+
+def test_a_host_where_the_split_does_not_pay_keeps_mm(traced, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(row_products, "split_pays", lambda: False)
+    with intra_op_threads(THREADS):
+        counts = fused_counts(traced, torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT))
+    assert counts == {MM: 1, BMM: 0}
+
+
+def test_the_host_probe_times_both_and_splits_only_with_a_clear_gain() -> None:
+    result = split_probe.probe(2)
+    assert result.threads == 2 and result.mm_ms > 0 and result.split_ms > 0
+    assert result.pays == (result.mm_ms / result.split_ms >= split_probe.MIN_GAIN)
+    assert split_probe.probe(2) is result  # measured once per process and thread count
+    assert not split_probe.probe(1).pays  # one thread: nothing to split over

@@ -20,8 +20,9 @@ the same way, its bias added inside the batched product, as ``addmm`` adds it in
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
 1.25x (``docs/benchmarks.md``; measured with 2 threads, the only count tried). Applied to
 float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
-``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly; the
-block count is fixed when the graph is compiled. Not applied with ``static_kernel_compile``,
+``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly, on a
+host where a measurement says the split pays (``split_probe``: once per process); the block
+count is fixed when the graph is compiled. Not applied with ``static_kernel_compile``,
 whose own decomposition of few-row products into reductions is faster still.
 
 Tolerance: each output is the same dot product summed by another kernel, which may order the
@@ -38,6 +39,7 @@ import torch
 
 from npugraph_ex.passes.graph_facts import core_cap_at
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_kind
+from npugraph_ex.passes.patterns.split_probe import split_pays
 
 MIN_WEIGHT_ELEMENTS = 32 * 1024
 """Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
@@ -101,7 +103,8 @@ def splittable(match: Any) -> bool:
     """A float32 CPU product (both operands tensors on one device) of at most ``MAX_ROWS`` rows
     (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
     whose rows split into at least two blocks, outside any ``limit_core_num`` block that allows
-    fewer cores than there are threads (the blocks would outnumber the threads it runs on)."""
+    fewer cores than there are threads (the blocks would outnumber the threads it runs on), on a
+    host where the split pays (``split_probe``)."""
     cap = core_cap_at(match.nodes[0])
     if cap is not None and cap < torch.get_num_threads():
         return False
@@ -120,6 +123,7 @@ def splittable(match: Any) -> bool:
         and isinstance(w.shape[1], int)
         and w.numel() >= MIN_WEIGHT_ELEMENTS
         and parts_for(rows) > 1
+        and split_pays()
     )
 
 
