@@ -10,6 +10,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from npugraph_ex import host_probes
+from npugraph_ex.kernels import decompositions
 from npugraph_ex.kernels.decompositions import (
     MAX_ROWS,
     few_rows_times_matrix,
@@ -18,6 +20,12 @@ from npugraph_ex.kernels.decompositions import (
 from npugraph_ex.kernels.static_compile import specialise
 
 aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def reduction_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host where the reduction pays, whatever this one measures (one test says otherwise)."""
+    monkeypatch.setattr(decompositions, "reduction_pays", lambda: True)
 
 
 def linear_graph(bias: bool) -> torch.fx.GraphModule:
@@ -79,3 +87,18 @@ def test_integer_and_half_precision_products_are_left_to_aten(dtype: torch.dtype
 
 def test_column_products_are_left_to_aten() -> None:
     assert few_rows_times_matrix(torch.randn(1, 4), torch.randn(4, 1)) is NotImplemented
+
+
+def test_a_host_where_the_reduction_does_not_pay_keeps_the_matrix_product(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(decompositions, "reduction_pays", lambda: False)
+    x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
+    ops = specialised_ops(linear_graph(False), x, w, b)
+    assert ops["aten.mm"] == 1 and ops["aten.sum"] == 0
+
+
+def test_the_reduction_probe_times_one_thread_and_leaves_the_thread_count() -> None:
+    threads = torch.get_num_threads()
+    result = host_probes.reduction_probe(threads)
+    assert torch.get_num_threads() == threads
+    assert result.threads == 1 and result.mm_ms > 0 and result.other_ms > 0
+    assert result.pays == (result.gain >= host_probes.REDUCTION_GAIN)

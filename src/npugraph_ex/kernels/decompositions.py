@@ -11,7 +11,9 @@ ATen's CPU ``mm`` reads the weight of a one-row product at a fraction of the spe
 reduction does (``benchmarks/decode_floor.py``). ``benchmarks/few_row_products.py`` measures the
 reduction against ATen's and Inductor's ``mm`` by row count: on the reference machine the
 reduction is 3.8x faster than ATen's ``mm`` at one row, 2.4x at 8, 1.4x at 20 and even at 36, so
-the rule stops at 8, well inside the range where it wins.
+the rule stops at 8, well inside the range where it wins. Where ATen's ``mm`` already reads the
+weight at about the speed of a plain reduction, the rule buys nothing: it applies on hosts where
+a measurement says it pays (``host_probes.reduction_pays``, once per process).
 Inductor itself decomposes only dot products (one row times one column) on CPU.
 """
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from npugraph_ex.host_probes import reduction_pays
 
 aten = torch.ops.aten
 
@@ -52,12 +56,16 @@ def few_rows_times_matrix_plus(
     return product + (bias if beta == 1 else beta * bias)
 
 
-def static_kernel_decompositions() -> dict[Any, Any]:
-    """Inductor's decomposition table with the few-row matrix products of CPU graphs added."""
+def static_kernel_decompositions(device_type: str = "cpu") -> dict[Any, Any]:
+    """Inductor's decomposition table, with the few-row matrix products of CPU graphs added on
+    a host where a measurement says the reduction pays (``host_probes.reduction_pays``)."""
     from torch._inductor.decomposition import select_decomp_table
 
+    table = select_decomp_table()
+    if device_type != "cpu" or not reduction_pays():
+        return table
     return {
-        **select_decomp_table(),
+        **table,
         aten.mm.default: few_rows_times_matrix,
         aten.addmm.default: few_rows_times_matrix_plus,
     }

@@ -123,6 +123,7 @@ def specialise(
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    devices = {a.device.type for a in fake_args if isinstance(a, torch.Tensor)}
+    decompositions = static_kernel_decompositions(devices.pop() if len(devices) == 1 else "")
     with fake_mode:
-        decompositions = static_kernel_decompositions()
         return make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)

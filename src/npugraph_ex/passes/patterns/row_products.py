@@ -21,7 +21,7 @@ On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager i
 1.25x (``docs/benchmarks.md``; measured with 2 threads, the only count tried). Applied to
 float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
 ``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly, on a
-host where a measurement says the split pays (``split_probe``: once per process); the block
+host where a measurement says the split pays (``host_probes``: once per process); the block
 count is fixed when the graph is compiled. Not applied with ``static_kernel_compile``,
 whose own decomposition of few-row products into reductions is faster still.
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.host_probes import split_pays
 from npugraph_ex.passes.graph_facts import core_cap_at
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_kind
-from npugraph_ex.passes.patterns.split_probe import split_pays
 
 MIN_WEIGHT_ELEMENTS = 32 * 1024
 """Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
@@ -104,7 +104,7 @@ def splittable(match: Any) -> bool:
     (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
     whose rows split into at least two blocks, outside any ``limit_core_num`` block that allows
     fewer cores than there are threads (the blocks would outnumber the threads it runs on), on a
-    host where the split pays (``split_probe``)."""
+    host where the split pays (``host_probes``)."""
     cap = core_cap_at(match.nodes[0])
     if cap is not None and cap < torch.get_num_threads():
         return False

@@ -1,0 +1,165 @@
+"""What this host's kernels are good at, measured once per process: the choices that depend on it.
+
+Two rewrites of few-row matrix products pay only on some hosts: where ATen's one-row ``mm``
+leaves threads idle or runs an unvectorised kernel (MKL on the AMD CPU they were measured on,
+2x to 5x below what reading the weight allows), not where the BLAS already streams the weight
+at memory speed. No version check or CPU name tells which a host is; a measurement does:
+
+- ``split_pays``: the default path's split of a product over the intra-op threads
+  (``passes/patterns/row_products.py``) against ``mm``;
+- ``reduction_pays``: ``static_kernel_compile``'s multiply-and-sum (``kernels/decompositions``),
+  judged by how far ``mm`` is from a row sum that reads the same weights once (what the
+  generated reduction does), both on one thread (1.6x to 2.0x here, also under load).
+
+Each runs at the first compile that could use it, once per thread count: ``PROBE_WEIGHTS``
+one-row products by weights larger than the CPU caches, against the other form, interleaved,
+the fastest of ``PROBE_ROUNDS`` rounds each (another process busy on the cores slows some rounds,
+not all); a rewrite is kept only with a clear gain (``SPLIT_GAIN``, ``REDUCTION_GAIN``). About
+50 ms each on the reference machine; the ``npugraph_ex`` logger says at INFO what it measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+log = logging.getLogger("npugraph_ex")
+
+PROBE_WEIGHTS = 8
+PROBE_SHAPE = (1024, 512)
+"""Each probe weight: 2 MiB of float32; eight of them (16 MiB) stream from memory, as the layers
+of a model larger than the caches do."""
+PROBE_ROUNDS = 7
+SPLIT_GAIN = 1.1
+REDUCTION_GAIN = 1.25
+"""The reduction also multiplies, and Inductor's version of it is not the row sum timed here."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """``mm`` against another form of the same reads, at ``threads`` intra-op threads."""
+
+    threads: int
+    mm_ms: float
+    other_ms: float
+    needed: float
+    """The gain the other form must show to be used."""
+
+    @property
+    def gain(self) -> float:
+        """How many times faster the other form ran (0 where nothing was timed)."""
+        return self.mm_ms / self.other_ms if self.other_ms else 0.0
+
+    @property
+    def pays(self) -> bool:
+        return self.gain >= self.needed
+
+
+def split_pays() -> bool:
+    """Whether few-row products should be split over the threads, at the current thread count."""
+    return split_probe(torch.get_num_threads()).pays
+
+
+def reduction_pays() -> bool:
+    """Whether few-row products should become reductions, at the current thread count."""
+    return reduction_probe(torch.get_num_threads()).pays
+
+
+def on_real_tensors(probe: Callable[[int], Probe]) -> Callable[[int], Probe]:
+    """Run ``probe`` once per thread count, on real tensors even when called under a dispatch
+    mode (a pass that checks a match may run under the compile's fake tensor mode)."""
+
+    @functools.cache
+    @functools.wraps(probe)
+    def run(threads: int) -> Probe:
+        with _disable_current_modes():
+            return probe(threads)
+
+    return run
+
+
+@on_real_tensors
+def split_probe(threads: int) -> Probe:
+    if threads < 2:
+        return Probe(threads, 0.0, 0.0, SPLIT_GAIN)  # nothing to split over: never pays
+    weights, x = probe_operands()
+    rows, depth = PROBE_SHAPE
+    columns = x.t().unsqueeze(0).expand(threads, depth, 1)
+    blocks = [w.view(threads, rows // threads, depth) for w in weights]
+    outputs = [torch.empty(threads, rows // threads, 1) for _ in weights]
+
+    def split() -> None:
+        for block, out in zip(blocks, outputs, strict=True):
+            torch.bmm(block, columns, out=out)
+
+    return measured("split over the threads", threads, (weights, x), split, SPLIT_GAIN)
+
+
+@on_real_tensors
+def reduction_probe(threads: int) -> Probe:
+    """Measured on one thread whatever ``threads`` is: the question is whether ``mm``'s kernel
+    reads a weight slower than a plain vectorised reduction does, and one thread each answers
+    it without the other cores' load in the answer (two threads' rounds under another process's
+    load varied by 2x; one thread's by 15%)."""
+    weights, x = probe_operands()
+    outputs = [torch.empty(PROBE_SHAPE[0]) for _ in weights]
+
+    def row_sums() -> None:
+        for w, out in zip(weights, outputs, strict=True):
+            torch.sum(w, dim=1, out=out)
+
+    form = "a reduction over the weight's rows (one thread each)"
+    torch.set_num_threads(1)
+    try:
+        return measured(form, 1, (weights, x), row_sums, REDUCTION_GAIN)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def probe_operands() -> tuple[list[torch.Tensor], torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in range(PROBE_WEIGHTS)]
+    return weights, torch.randn(1, PROBE_SHAPE[1], generator=generator)
+
+
+def measured(
+    form: str,
+    threads: int,
+    operands: tuple[list[torch.Tensor], torch.Tensor],
+    other: Callable[[], None],
+    needed: float,
+) -> Probe:
+    """Time one-row ``mm`` of ``operands`` (weights, one row) against ``other``, which reads the
+    same weights."""
+    weights, x = operands
+    outputs = [torch.empty(1, PROBE_SHAPE[0]) for _ in weights]
+
+    def with_mm() -> None:
+        for w, out in zip(weights, outputs, strict=True):
+            torch.mm(x, w.t(), out=out)
+
+    times: dict[str, list[float]] = {"mm": [], "other": []}
+    with torch.no_grad():
+        for _ in range(PROBE_ROUNDS + 1):  # the first round warms up
+            for name, run in (("mm", with_mm), ("other", other)):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+    mm_ms, other_ms = (min(times[name][1:]) * 1e3 for name in ("mm", "other"))
+    result = Probe(threads, mm_ms, other_ms, needed)
+    log.info(
+        "npugraph_ex: one-row products at %d threads: mm %.3f ms, %s %.3f ms (%.2fx): %s",
+        threads,
+        mm_ms,
+        form,
+        other_ms,
+        result.gain,
+        "used" if result.pays else "left to mm",
+    )
+    return result
