@@ -101,3 +101,13 @@ def counts() -> Counter[str]:
         result.update({f"eager:{reason}": n for reason, n in graph["eager_calls"].items()})
         result.update({f"recapture:{reason}": n for reason, n in graph["recaptures"].items()})
     return +result
+
+
+def capture_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None) -> Any:
+    """``fn`` traced to an ATen graph (``make_fx``) and captured by the CPU replay engine."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from npugraph_ex.runtime import runtime_for
+
+    gm = make_fx(fn)(*args)
+    return runtime_for("cpu").capture(gm, list(args), pool=pool, capture_error_mode="global")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.profiler import ProfilerActivity, profile
 
+from helpers import capture_on_cpu as capture
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.cpu_steps import result_tensor_lister, tensors_in_result
@@ -36,11 +36,6 @@ def test_out_variant_is_found_by_schema(op, numbers, expected) -> None:
 def linear_relu_views(x: torch.Tensor, w: torch.Tensor):
     h = (x @ w).relu()
     return h.view(-1) * 2 + 1, h.t(), h[1:]
-
-
-def capture(fn, *args):
-    gm = make_fx(fn)(*args)
-    return runtime_for("cpu").capture(gm, list(args), pool=None, capture_error_mode="global")
 
 
 def test_views_are_not_replayed_and_outputs_keep_their_addresses() -> None:

@@ -6,15 +6,10 @@ import random
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
+from helpers import capture_on_cpu as capture
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.cpu_memory import ALIGNMENT, Buffer, assign_offsets
-
-
-def capture(fn, *args, pool=None):
-    gm = make_fx(fn)(*args)
-    return runtime_for("cpu").capture(gm, list(args), pool=pool, capture_error_mode="global")
 
 
 def overlap_in_bytes(a: Buffer, b: Buffer) -> bool:

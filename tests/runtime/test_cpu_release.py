@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from helpers import capture_on_cpu as capture
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.cpu import KernelRecorder
 from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun
@@ -49,11 +50,6 @@ def view_outlives_its_base(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tens
     total = a.sum()  # the last node that reads a itself
     other = (x + 1) * 3  # work that could reuse a's bytes
     return rows * total + other[1:], w[0] + 1
-
-
-def capture(fn, *args):
-    gm = make_fx(fn)(*args)
-    return runtime_for("cpu").capture(gm, list(args), pool=None, capture_error_mode="global")
 
 
 def test_a_storage_stays_while_a_view_of_it_is_alive_and_inputs_are_never_freed() -> None:
