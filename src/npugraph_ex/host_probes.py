@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-log = logging.getLogger("npugraph_ex")
+log = logging.getLogger(__name__)
 
 PROBE_WEIGHTS = 8
 PROBE_SHAPE = (1024, 512)
