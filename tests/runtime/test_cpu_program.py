@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from npugraph_ex.runtime.cpu_program import straight_line
+from npugraph_ex.runtime.cpu_program import steps_of, straight_line
 
 
 def test_steps_run_in_order_with_their_bound_arguments() -> None:
@@ -39,3 +39,22 @@ def test_captures_of_one_structure_share_code_and_keep_their_own_arguments() -> 
     replay_b()
     replay_a()
     assert torch.equal(out_a, -a) and torch.equal(out_b, -b)
+
+
+def test_the_steps_read_back_from_the_function_are_the_very_steps_bound() -> None:
+    a, c = torch.randn(4), torch.empty(4)
+
+    def note(*args: object, **kwargs: object) -> None:
+        pass
+
+    steps = [
+        (torch.add, (a, 1.0), {"out": c}),
+        (note, (), {"from": 1, "dim": 0}),  # keywords Python cannot spell: bound as one dict
+        (torch.Tensor.mul_, (c, 2.0), {}),
+    ]
+    read_back = steps_of(straight_line(steps))
+    assert len(read_back) == len(steps)
+    for (fn, args, kwargs), (want_fn, want_args, want_kwargs) in zip(read_back, steps, strict=True):
+        assert fn is want_fn and kwargs == want_kwargs
+        assert all(got is want for got, want in zip(args, want_args, strict=True))
+    assert read_back[0][2]["out"] is c

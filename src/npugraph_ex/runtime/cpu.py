@@ -37,7 +37,7 @@ from npugraph_ex.runtime.cpu_lanes import (
 )
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
-from npugraph_ex.runtime.cpu_program import straight_line
+from npugraph_ex.runtime.cpu_program import steps_of, straight_line
 from npugraph_ex.runtime.cpu_release import (
     Releaser,
     ReleasingRun,
@@ -137,10 +137,11 @@ class CpuGraph(CapturedGraph):
         owned_inputs: Sequence[torch.Tensor] = (),
         watched: Sequence[WatchPoint] = (),
     ):
-        self.steps = [
+        steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
             for fn, args, kwargs in recorder.steps
         ]
+        self.step_count = len(steps)
         self.step_names = [
             sys.intern(str(fn) if isinstance(fn, OpOverload) else fn.__qualname__)
             for fn, _, _ in recorder.steps
@@ -148,9 +149,9 @@ class CpuGraph(CapturedGraph):
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
         concurrent = recorder.step_kinds["join"] > 0
         self.replay_steps = (
-            LaneProgram(self.steps, recorder.step_lanes, recorder.lanes.tags)
+            LaneProgram(steps, recorder.step_lanes, recorder.lanes.tags)
             if concurrent
-            else straight_line(self.steps)
+            else straight_line(steps)
         )
         """The steps as one generated function (``cpu_program``), or, with stream blocks
         planned, as a main path handing blocks to workers (``cpu_lanes``): what a replay
@@ -161,13 +162,15 @@ class CpuGraph(CapturedGraph):
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
         movable = (recorder.allocated | storage_keys(owned_inputs)) - storage_keys(inputs)
-        step_tensors = [tensors_in((a, k)) for _, a, k in self.steps]
+        step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:
-            keep_block_memory(self.steps, recorder.step_lanes, step_tensors)
-        for ready, _, value in watched if self.steps else ():
+            keep_block_memory(steps, recorder.step_lanes, step_tensors)
+        for ready, _, value in watched if steps else ():
             step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
         self.watched = list(watched)
         """Each node's value and the steps after which it is complete (a watched capture)."""
+        self.kept_steps = steps if concurrent or watched else None
+        """The step list, kept where a replay walks it; else read back when asked (``steps``)."""
         released = recorder.releaser.released if recorder.releaser else {}
         plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
@@ -196,15 +199,23 @@ class CpuGraph(CapturedGraph):
             # Aliases made under the lock: another key's replay sees them as held.
             return caller_aliases(self.outputs)
 
+    @property
+    def steps(self) -> list[Step]:
+        """Every step a replay runs, in order: ``(fn, args, kwargs)``."""
+        if self.kept_steps is not None:
+            return self.kept_steps
+        return steps_of(self.replay_steps)
+
     def run_steps_watched(self, visit: Callable[[torch.fx.Node, Any], None]) -> None:
         points = sorted(self.watched, key=lambda point: point[0])
+        steps = self.steps
         done = 0
-        for count in range(len(self.steps) + 1):
+        for count in range(len(steps) + 1):
             while done < len(points) and points[done][0] <= count:
                 visit(points[done][1], points[done][2])
                 done += 1
-            if count < len(self.steps):
-                fn, args, kwargs = self.steps[count]
+            if count < len(steps):
+                fn, args, kwargs = steps[count]
                 with torch._C._AutoDispatchBelowADInplaceOrView():
                     fn(*args, **kwargs)
 
@@ -216,8 +227,9 @@ class CpuGraph(CapturedGraph):
     def release(self) -> None:
         if self.placed is not None:
             self.placed.leave()
-        self.steps = []
-        self.replay_steps = straight_line(self.steps)
+        self.kept_steps = None
+        self.step_count = 0
+        self.replay_steps = straight_line([])
         self.step_names = []
         self.watched = []
         self.outputs = []
@@ -230,7 +242,7 @@ class CpuGraph(CapturedGraph):
 
     @property
     def kernel_count(self) -> int:
-        return len(self.steps)
+        return self.step_count
 
 
 def caller_aliases(outputs: list[Any]) -> list[Any]:

@@ -48,17 +48,47 @@ def step_line(index: int, step: Step, names: dict[str, Any]) -> str:
     return f"    {bind(f'f{index}', fn)}({', '.join(arguments)})"
 
 
+Layout = tuple[int, tuple[str, ...] | None]
+"""How a step's call is spelled: its positional count, and its keyword names (None: passed as
+one ``**`` dict)."""
+
+
+def layout_of(step: Step) -> Layout:
+    _, args, kwargs = step
+    return len(args), (tuple(kwargs) if all(spelled_keyword(n) for n in kwargs) else None)
+
+
 @functools.lru_cache(maxsize=256)
-def replay_code(source: str) -> types.CodeType:
-    """The code of a generated replay function. Captures of one graph at other sizes run the
-    same kernels with the same argument structure, so their source, and the code, are shared."""
+def replay_code(source: str, layouts: tuple[Layout, ...]) -> tuple[types.CodeType, tuple]:
+    """The code of a generated replay function, and its steps' layouts. Captures of one graph
+    at other sizes run the same kernels with the same argument structure, so their source, the
+    code and the layouts are one object for all of them."""
     module = compile(source, "<npugraph_ex cpu replay>", "exec")
-    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType)), layouts
 
 
 def straight_line(steps: Sequence[Step]) -> Callable[[], None]:
-    """A function that runs ``fn(*args, **kwargs)`` for every step, in order."""
+    """A function that runs ``fn(*args, **kwargs)`` for every step, in order (the steps can be
+    read back from it: ``steps_of``)."""
     names: dict[str, Any] = {}
     lines = [step_line(index, step, names) for index, step in enumerate(steps)]
     source = "\n".join(["def replay_steps():", *lines, "    return None"])
-    return types.FunctionType(replay_code(source), names, "replay_steps")
+    code, layouts = replay_code(source, tuple(layout_of(step) for step in steps))
+    replay = types.FunctionType(code, names, "replay_steps")
+    replay.step_layouts = layouts  # type: ignore[attr-defined]
+    return replay
+
+
+def steps_of(replay: Callable[[], None]) -> list[Step]:
+    """The steps a function made by ``straight_line`` runs, read back from the names it binds
+    (a capture keeps no other list of them: one per key would cost about 0.1 MiB)."""
+    names = replay.__globals__  # type: ignore[attr-defined]
+    steps: list[Step] = []
+    for index, (count, keywords) in enumerate(replay.step_layouts):  # type: ignore[attr-defined]
+        args = tuple(names[f"a{index}_{position}"] for position in range(count))
+        if keywords is None:
+            kwargs = names[f"k{index}"]
+        else:
+            kwargs = {name: names[f"k{index}_{name}"] for name in keywords}
+        steps.append((names[f"f{index}"], args, kwargs))
+    return steps
