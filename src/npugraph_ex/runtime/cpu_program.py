@@ -53,7 +53,7 @@ Layout = tuple[int, tuple[str, ...] | None]
 one ``**`` dict)."""
 
 
-def layout_of(step: Step) -> Layout:
+def call_layout(step: Step) -> Layout:
     _, args, kwargs = step
     return len(args), (tuple(kwargs) if all(spelled_keyword(n) for n in kwargs) else None)
 
@@ -73,7 +73,7 @@ def straight_line(steps: Sequence[Step]) -> Callable[[], None]:
     names: dict[str, Any] = {}
     lines = [step_line(index, step, names) for index, step in enumerate(steps)]
     source = "\n".join(["def replay_steps():", *lines, "    return None"])
-    code, layouts = replay_code(source, tuple(layout_of(step) for step in steps))
+    code, layouts = replay_code(source, tuple(call_layout(step) for step in steps))
     replay = types.FunctionType(code, names, "replay_steps")
     replay.step_layouts = layouts  # type: ignore[attr-defined]
     return replay
