@@ -71,6 +71,24 @@ def reduction_pays() -> bool:
     return reduction_probe(torch.get_num_threads()).pays
 
 
+def decisions() -> dict[str, dict[str, float | bool]]:
+    """What both probes measured at the current thread count (measuring them if not yet), for a
+    benchmark's record of where it ran."""
+    threads = torch.get_num_threads()
+    return {
+        name: {
+            "mm_ms": round(result.mm_ms, 4),
+            "other_ms": round(result.other_ms, 4),
+            "gain": round(result.gain, 2),
+            "used": result.pays,
+        }
+        for name, result in (
+            ("split", split_probe(threads)),
+            ("reduction", reduction_probe(threads)),
+        )
+    }
+
+
 def on_real_tensors(probe: Callable[[int], Probe]) -> Callable[[int], Probe]:
     """Run ``probe`` once per thread count, on real tensors even when called under a dispatch
     mode (a pass that checks a match may run under the compile's fake tensor mode)."""

@@ -55,6 +55,10 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
     for key in ("benchmark", "command", "timestamp", "environment", "settings", "workloads"):
         assert key in record
     assert record["command"][:2] == ["npugraph-ex", "bench"]
+    probes = record["environment"]["host_probes"]  # what the host's measurement decided
+    assert set(probes) == {"split", "reduction"}
+    for probe in probes.values():
+        assert isinstance(probe["used"], bool) and probe["mm_ms"] > 0 and probe["other_ms"] > 0
     assert set(record["workloads"]) == set(WORKLOADS)
     for workload in record["workloads"].values():
         assert workload["compile_args"]["fullgraph"] is True

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from npugraph_ex import host_probes
+
 
 def cpu_model() -> str:
     """The CPU model name from /proc/cpuinfo, or what ``platform`` knows elsewhere."""
@@ -73,6 +75,8 @@ def environment(device: str = "cpu") -> dict[str, Any]:
     if device == "cuda":
         record["accelerator"] = torch.cuda.get_device_name()
         record["cuda"] = torch.version.cuda
+    else:
+        record["host_probes"] = host_probes.decisions()
     return record
 
 
@@ -81,10 +85,20 @@ def environment_line(env: dict[str, Any]) -> str:
     accelerator = (
         f"{env['accelerator']} (CUDA {env['cuda']}), host " if "accelerator" in env else ""
     )
+    probes = env.get("host_probes")
+    measured = (
+        "; few-row products: "
+        + ", ".join(
+            f"{name} {p['gain']}x ({'used' if p['used'] else 'not used'})"
+            for name, p in probes.items()
+        )
+        if probes
+        else ""
+    )
     return (
         f"device: {accelerator}{env['device']} ({env['cores']} cores, torch threads "
         f"{env['torch_threads']}); python {env['python']}, torch {env['torch']}, "
-        f"transformers {env['transformers']}"
+        f"transformers {env['transformers']}{measured}"
     )
 
 
