@@ -35,15 +35,10 @@ from npugraph_ex.runtime.cpu_lanes import (
     join_step,
     keep_block_memory,
 )
-from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, tensors_in
+from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, storage_keys, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import steps_of, straight_line
-from npugraph_ex.runtime.cpu_release import (
-    Releaser,
-    ReleasingRun,
-    allocated_storages,
-    storage_keys,
-)
+from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun, allocated_storages
 from npugraph_ex.runtime.cpu_steps import Step, plan_step
 from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
 

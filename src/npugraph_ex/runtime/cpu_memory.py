@@ -28,8 +28,6 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime.cpu_release import storage_key
-
 ALIGNMENT = 64
 """Byte alignment of every planned storage (a cache line; at least any element size)."""
 
@@ -70,6 +68,17 @@ class MemoryPlan:
 
 def tensors_in(values: Any) -> list[torch.Tensor]:
     return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """A storage's identity, which survives freeing its bytes (its data pointer does not:
+    ``cpu_release``)."""
+    return tensor.untyped_storage()._cdata
+
+
+def storage_keys(values: Any) -> set[int]:
+    """The :func:`storage_key` of every tensor in ``values`` (nested lists included)."""
+    return {storage_key(t) for t in tensors_in(values)}
 
 
 def aligned(nbytes: int) -> int:

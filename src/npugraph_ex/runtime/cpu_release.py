@@ -24,21 +24,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
-
-def storage_key(tensor: torch.Tensor) -> int:
-    """A storage's identity that survives freeing its bytes (its data pointer does not)."""
-    return tensor.untyped_storage()._cdata
-
-
-def storage_keys(values: Any) -> set[int]:
-    """The :func:`storage_key` of every tensor in ``values`` (nested lists included)."""
-    return {storage_key(t) for t in tensor_leaves(values)}
-
-
-def tensor_leaves(values: Any) -> Iterable[torch.Tensor]:
-    return (leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor))
+from npugraph_ex.runtime.cpu_memory import storage_keys, tensors_in
 
 
 def allocated_storages(
@@ -47,7 +34,7 @@ def allocated_storages(
     """The storages of ``result`` that a kernel allocated (none of its arguments' storages)."""
     inputs = storage_keys((args, kwargs))
     found = []
-    for tensor in tensor_leaves(result):
+    for tensor in tensors_in(result):
         storage = tensor.untyped_storage()
         if storage._cdata not in inputs and storage.nbytes() > 0:
             found.append((storage._cdata, storage))
@@ -61,7 +48,7 @@ class Releaser:
     def __init__(self) -> None:
         self.pending: dict[int, torch.UntypedStorage] = {}
         self.released: dict[int, int] = {}
-        """Size in bytes of each freed storage, by :func:`storage_key`."""
+        """Size in bytes of each freed storage, by ``cpu_memory.storage_key``."""
         self.pinned: set[int] = set()
         self.holders: Counter[int] = Counter()
         """How many live graph values view each storage."""

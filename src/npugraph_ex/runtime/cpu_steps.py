@@ -34,6 +34,7 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
+from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys
 from npugraph_ex.runtime.cpu_out_check import writes_in_place
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
@@ -113,20 +114,12 @@ def prewrap_numbers(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> t
     return tuple(wrapped_args), wrapped_kwargs
 
 
-def storages_of(values: Sequence[Any]) -> set[int]:
-    """Data pointers of the storages behind every tensor in ``values`` (nested lists included)."""
-    return {
-        leaf.untyped_storage().data_ptr()
-        for leaf in pytree.tree_leaves(values)
-        if isinstance(leaf, torch.Tensor) and leaf.untyped_storage().nbytes() > 0
-    }
-
-
 def needs_recompute(output: torch.Tensor, input_storages: set[int]) -> bool:
-    """False for outputs that alias an input (fixed already) or hold no elements."""
+    """False for outputs that alias an input (fixed already) or hold no elements;
+    ``input_storages``: the inputs' ``storage_keys``."""
     if output.numel() == 0:
         return False
-    return output.untyped_storage().data_ptr() not in input_storages
+    return storage_key(output) not in input_storages
 
 
 def result_structure(op: OpOverload, result: Any) -> list[Any]:
@@ -145,7 +138,7 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
         if torch.Tag.data_dependent_output in op.tags:
             raise CaptureError(f"{op} reads tensor data on the host")
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    input_storages = storages_of((args, kwargs))
+    input_storages = storage_keys((args, kwargs))
     fresh = [i for i, t in enumerate(tensors) if needs_recompute(t, input_storages)]
     if op._schema.is_mutable:
         if not fresh:
