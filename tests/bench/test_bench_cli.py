@@ -59,6 +59,7 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
     assert set(probes) == {"split", "reduction"}
     for probe in probes.values():
         assert isinstance(probe["used"], bool) and probe["mm_ms"] > 0 and probe["other_ms"] > 0
+    assert record["environment"]["mkl_intel_paths"] in (True, False, None)
     assert set(record["workloads"]) == set(WORKLOADS)
     for workload in record["workloads"].values():
         assert workload["compile_args"]["fullgraph"] is True

@@ -7,6 +7,7 @@ the source commit; a run on an accelerator also names it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import subprocess
@@ -57,6 +58,24 @@ def source_commit() -> str | None:
     return done.stdout.strip() or None
 
 
+def mkl_intel_paths() -> bool | None:
+    """Whether MKL runs its kernels for Intel CPUs here, or None where torch has no MKL.
+
+    MKL picks its code path by CPU vendor: on other vendors' CPUs it takes generic paths, whose
+    few-row products run at a different speed (``benchmarks/mkl_intel_path.py``). This asks
+    MKL's vendor check, ``mkl_serv_intel_cpu_true``, as MKL's own calls find it: first in the
+    process's global scope (where a preloaded library comes first), then in torch's CPU library.
+    """
+    if not torch.backends.mkl.is_available():
+        return None
+    for library in (None, str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")):
+        try:
+            return bool(ctypes.CDLL(library).mkl_serv_intel_cpu_true())
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Where and with what a result was measured; ``accelerator`` names the GPU of a CUDA run."""
     record: dict[str, Any] = {
@@ -77,6 +96,7 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         record["cuda"] = torch.version.cuda
     else:
         record["host_probes"] = host_probes.decisions()
+        record["mkl_intel_paths"] = mkl_intel_paths()
     return record
 
 
@@ -95,10 +115,12 @@ def environment_line(env: dict[str, Any]) -> str:
         if probes
         else ""
     )
+    paths = env.get("mkl_intel_paths")
+    mkl = "" if paths is None else f"; MKL's Intel code paths: {'yes' if paths else 'no'}"
     return (
         f"device: {accelerator}{env['device']} ({env['cores']} cores, torch threads "
         f"{env['torch_threads']}); python {env['python']}, torch {env['torch']}, "
-        f"transformers {env['transformers']}{measured}"
+        f"transformers {env['transformers']}{mkl}{measured}"
     )
 
 
