@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime import cpu, runtime_for
 from npugraph_ex.runtime.cpu_pool import CpuPool
 
 
@@ -103,3 +105,44 @@ def test_a_smaller_capture_after_a_larger_one_keeps_the_larger_slot() -> None:
         x.copy_(torch.randn_like(x))
         assert torch.equal(graph.replay()[0], mlp(x, w))
     assert pool.slots[0].storage.nbytes() == 64 * 32 * 4  # replays needed no new memory
+
+
+def repeated_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Four blocks of the same shapes: their intermediates reuse the arena at equal offsets."""
+    for _ in range(4):
+        x = torch.sigmoid(x @ w) * 2 + x
+    return x
+
+
+def tensor_objects(graph, storage: torch.UntypedStorage) -> set[int]:
+    """The tensor objects the steps of ``graph`` pass that view ``storage``."""
+    return {
+        id(t)
+        for _, args, kwargs in graph.steps
+        for t in pytree.tree_leaves((args, kwargs))
+        if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata == storage._cdata
+    }
+
+
+def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = torch.randn(16, 16)
+    shared = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
+    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, storage: 0)
+    apart = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
+    arena_objects = {len(tensor_objects(g, g.placed.pool.arena)) for g in (shared, apart)}
+    # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in
+    # the arena, where they take three places of one shape.
+    assert arena_objects == {3, 15}
+
+
+def test_shared_tensor_objects_replay_every_key_of_a_pool_correctly() -> None:
+    pool = CpuPool()
+    w = torch.randn(16, 16)
+    cases = [torch.randn(rows, 16) for rows in (8, 64, 1)]  # the arena grows at the second
+    graphs = [capture(repeated_blocks, x, w, pool=pool) for x in cases]
+    for index in [0, 2, 1, 0, 1, 2, 2]:
+        x = cases[index]
+        x.copy_(torch.randn_like(x))
+        assert torch.equal(graphs[index].replay()[0], repeated_blocks(x, w))

@@ -37,7 +37,7 @@ from npugraph_ex.runtime.cpu_lanes import (
 )
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, storage_keys, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
-from npugraph_ex.runtime.cpu_program import steps_of, straight_line
+from npugraph_ex.runtime.cpu_program import share_equal_views, steps_of, straight_line
 from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun, allocated_storages
 from npugraph_ex.runtime.cpu_steps import Step, plan_step
 from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
@@ -169,6 +169,8 @@ class CpuGraph(CapturedGraph):
         released = recorder.releaser.released if recorder.releaser else {}
         plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
+        if self.placed is not None and self.kept_steps is None:
+            share_equal_views(self.replay_steps, pool.arena)
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
