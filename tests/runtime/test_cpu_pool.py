@@ -129,7 +129,7 @@ def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
 ) -> None:
     w = torch.randn(16, 16)
     shared = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
-    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, storage: 0)
+    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, arena, moving: 0)
     apart = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
     arena_objects = {len(tensor_objects(g, g.placed.pool.arena)) for g in (shared, apart)}
     # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in
@@ -146,3 +146,26 @@ def test_shared_tensor_objects_replay_every_key_of_a_pool_correctly() -> None:
         x = cases[index]
         x.copy_(torch.randn_like(x))
         assert torch.equal(graphs[index].replay()[0], repeated_blocks(x, w))
+
+
+def test_every_capture_passes_one_object_per_view_of_a_weight() -> None:
+    pool = CpuPool()
+    cases = shapes(4, 16)  # one weight
+    w = cases[0][1]
+    graphs = [capture(mlp, x, weight, pool=pool) for x, weight in cases]
+    views = [tensor_objects(g, w.untyped_storage()) for g in graphs]
+    assert len(views[0]) == 2  # the weight and its transpose
+    assert views[0] == views[1]
+    for index in [1, 0, 1]:
+        x, _ = cases[index]
+        x.copy_(torch.randn_like(x))
+        assert torch.equal(graphs[index].replay()[0], mlp(x, w))
+
+
+def test_output_views_are_never_shared() -> None:
+    pool = CpuPool()
+    graphs = [capture(mlp, x, w, pool=pool) for x, w in shapes(4, 4)]  # one shape, two keys
+    # Each capture's last step writes its own output object, re-pointed at each key switch.
+    written = [g.steps[-1][2]["out"] for g in graphs]
+    assert [w is g.outputs[0] for w, g in zip(written, graphs, strict=True)] == [True, True]
+    assert written[0] is not written[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from npugraph_ex.runtime.cpu_program import steps_of, straight_line
+from npugraph_ex.runtime.cpu_program import bind, bound_names, steps_of, straight_line
 
 
 def test_steps_run_in_order_with_their_bound_arguments() -> None:
@@ -58,3 +58,17 @@ def test_the_steps_read_back_from_the_function_are_the_very_steps_bound() -> Non
         assert fn is want_fn and kwargs == want_kwargs
         assert all(got is want for got, want in zip(args, want_args, strict=True))
     assert read_back[0][2]["out"] is c
+
+
+def test_a_replay_binds_its_objects_in_one_tuple_not_a_dict_of_its_own() -> None:
+    a, b = torch.randn(4), torch.randn(8)
+    out_a, out_b = torch.empty(4), torch.empty(8)
+    replay_a = straight_line([(torch.neg, (a,), {"out": out_a})])
+    replay_b = straight_line([(torch.neg, (b,), {"out": out_b})])
+    assert replay_a.__globals__ is replay_b.__globals__ == {}
+    names = bound_names(replay_a)
+    assert sorted(names) == ["a0_0", "f0", "k0_out"]
+    assert names["f0"] is torch.neg and names["a0_0"] is a and names["k0_out"] is out_a
+    bind(replay_a, {**names, "a0_0": b, "k0_out": out_b})
+    replay_a()
+    assert torch.equal(out_b, -b)

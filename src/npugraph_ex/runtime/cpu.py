@@ -37,9 +37,10 @@ from npugraph_ex.runtime.cpu_lanes import (
 )
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, storage_keys, tensors_in
 from npugraph_ex.runtime.cpu_pool import CpuPool
-from npugraph_ex.runtime.cpu_program import share_equal_views, steps_of, straight_line
+from npugraph_ex.runtime.cpu_program import steps_of, straight_line
 from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun, allocated_storages
 from npugraph_ex.runtime.cpu_steps import Step, plan_step
+from npugraph_ex.runtime.cpu_views import share_equal_views
 from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
@@ -170,7 +171,8 @@ class CpuGraph(CapturedGraph):
         plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
         if self.placed is not None and self.kept_steps is None:
-            share_equal_views(self.replay_steps, pool.arena)
+            moving = storage_keys([buffer.views[0][0] for buffer in plan.outputs])
+            share_equal_views(self.replay_steps, pool.arena, moving | storage_keys(outputs))
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)

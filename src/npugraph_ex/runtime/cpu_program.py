@@ -5,8 +5,11 @@ call through ``fn(*args, **kwargs)``, which copies the keyword dict and makes th
 The generated function calls each kernel with its arguments by name, as hand-written code would:
 
     loop:       for fn, args, kwargs in steps: fn(*args, **kwargs)
-    generated:  f0(a0_0, a0_1, out=k0_out)
-                f1(a1_0, 2, out=k1_out)    (names bound to the step's own objects)
+    generated:  def replay_steps(bound):
+                    (f0, a0_0, a0_1, k0_out, f1, a1_0, a1_1, k1_out,) = bound
+                    f0(a0_0, a0_1, out=k0_out)
+                    f1(a1_0, a1_1, out=k1_out)
+                (``bound``, its default, holds the steps' own objects)
 
 Every name is bound to the very object the step holds, so the function does exactly what the loop
 does; a keyword Python cannot spell (``from``) keeps the ``**`` form for its step. On the tiny
@@ -23,9 +26,6 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
-from npugraph_ex.runtime.cpu_memory import storage_key
 from npugraph_ex.runtime.cpu_steps import Step
 
 
@@ -70,22 +70,44 @@ def replay_code(source: str, layouts: tuple[Layout, ...]) -> tuple[types.CodeTyp
     return next(c for c in module.co_consts if isinstance(c, types.CodeType)), layouts
 
 
+NO_GLOBALS: dict[str, Any] = {}
+"""The generated functions' globals: they read nothing but their one argument."""
+
+
 def straight_line(steps: Sequence[Step]) -> Callable[[], None]:
     """A function that runs ``fn(*args, **kwargs)`` for every step, in order (the steps can be
-    read back from it: ``steps_of``)."""
+    read back from it: ``steps_of``).
+
+    What the steps use is bound as one tuple, the function's default argument, unpacked into
+    its locals on entry: a key keeps a tuple of its objects (8 bytes each) rather than a dict of
+    names (about 26 KiB for 700 names), and a local is read as fast as a global.
+    """
     names: dict[str, Any] = {}
     lines = [step_line(index, step, names) for index, step in enumerate(steps)]
-    source = "\n".join(["def replay_steps():", *lines, "    return None"])
+    unpack = [f"    ({', '.join(names)},) = bound"] if names else []
+    source = "\n".join(["def replay_steps(bound):", *unpack, *lines, "    return None"])
     code, layouts = replay_code(source, tuple(call_layout(step) for step in steps))
-    replay = types.FunctionType(code, names, "replay_steps")
+    replay = types.FunctionType(code, NO_GLOBALS, "replay_steps", (tuple(names.values()),))
     replay.step_layouts = layouts  # type: ignore[attr-defined]
     return replay
+
+
+def bound_names(replay: Callable[[], None]) -> dict[str, Any]:
+    """What a function made by ``straight_line`` binds, by name."""
+    (values,) = replay.__defaults__  # type: ignore[attr-defined]
+    unpacked = replay.__code__.co_varnames[1:]  # type: ignore[attr-defined]
+    return dict(zip(unpacked, values, strict=True))
+
+
+def bind(replay: Callable[[], None], names: dict[str, Any]) -> None:
+    """Bind ``names`` (all of ``bound_names(replay)``, in its order) to ``replay`` instead."""
+    replay.__defaults__ = (tuple(names.values()),)  # type: ignore[attr-defined]
 
 
 def steps_of(replay: Callable[[], None]) -> list[Step]:
     """The steps a function made by ``straight_line`` runs, read back from the names it binds
     (a capture keeps no other list of them: one per key would cost about 0.1 MiB)."""
-    names = replay.__globals__  # type: ignore[attr-defined]
+    names = bound_names(replay)
     steps: list[Step] = []
     for index, (count, keywords) in enumerate(replay.step_layouts):  # type: ignore[attr-defined]
         args = tuple(names[f"a{index}_{position}"] for position in range(count))
@@ -95,40 +117,3 @@ def steps_of(replay: Callable[[], None]) -> list[Step]:
             kwargs = {name: names[f"k{index}_{name}"] for name in keywords}
         steps.append((names[f"f{index}"], args, kwargs))
     return steps
-
-
-def share_equal_views(replay: Callable[[], None], storage: torch.UntypedStorage) -> int:
-    """Bind one tensor object wherever the steps of ``replay`` use views of ``storage`` (a
-    pool's arena) with the same element offset, sizes, strides and dtype; returns how many
-    objects were let go.
-
-    Placed in the arena, intermediates that share bytes at different times often end up with
-    the same geometry (each layer's MLP output at the same offset): two tensor objects that are
-    one and the same memory to every kernel. A key keeps one object per geometry, about a third
-    of them on a Qwen3 forward. Nothing re-points the arena's views one by one after placement
-    (growing the arena resizes its one storage), so one object serves every step that used any
-    of them.
-    """
-    names = replay.__globals__  # type: ignore[attr-defined]
-    arena = storage._cdata
-    shared: dict[tuple, torch.Tensor] = {}
-    let_go: set[int] = set()
-
-    def one_of(value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return type(value)(one_of(v) for v in value)
-        if not isinstance(value, torch.Tensor) or storage_key(value) != arena:
-            return value
-        geometry = (value.storage_offset(), value.shape, value.stride(), value.dtype)
-        geometry += (value.is_neg(), value.is_conj())
-        kept = shared.setdefault(geometry, value)
-        if kept is not value:
-            let_go.add(id(value))
-        return kept
-
-    for name, value in names.items():
-        if isinstance(value, dict):
-            names[name] = {key: one_of(v) for key, v in value.items()}
-        elif name[0] != "f":
-            names[name] = one_of(value)
-    return len(let_go)

@@ -1,0 +1,82 @@
+"""One tensor object per view: what a capture keeps of the tensors its steps pass.
+
+A capture records every tensor its kernels were given, each its own Python object (a few hundred
+bytes of C++ and Python each). Many of them are the same memory with the same geometry:
+
+- intermediates placed in the pool's arena at the same offset with the same shape (each layer's
+  MLP output, say), which share bytes at different times;
+- views of storages that never move (parameters, constants, inputs used in place), made anew by
+  every capture: each key of a graph holds its own transposed view of every weight.
+
+To every kernel two such objects are one and the same argument, so a capture binds one object
+per place: per arena offset, sizes, strides and dtype within a capture, and per storage and
+geometry across all captures of the process for storages that never move. On the tiny Qwen3
+forward a key's steps pass 117 objects instead of 312, of which 48 views of the weights are
+the same for every key.
+
+What moves is left alone: output storages, whose views are re-pointed one by one at a key switch
+(``cpu_pool``). The arena's views are not re-pointed after placement (growing the arena resizes
+its one storage), and nothing re-points a storage that never moves.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from npugraph_ex.runtime.cpu_memory import storage_key
+from npugraph_ex.runtime.cpu_program import bind, bound_names
+
+FIXED_VIEWS: weakref.WeakValueDictionary[tuple, torch.Tensor] = weakref.WeakValueDictionary()
+"""Views of storages that never move, by storage and geometry, shared by every capture while
+one of them binds it."""
+
+
+def geometry(tensor: torch.Tensor) -> tuple:
+    """Everything a kernel reads of a tensor besides its storage."""
+    return (
+        tensor.storage_offset(),
+        tensor.shape,
+        tensor.stride(),
+        tensor.dtype,
+        tensor.is_neg(),
+        tensor.is_conj(),
+    )
+
+
+def share_equal_views(
+    replay: Callable[[], None], arena: torch.UntypedStorage, moving: set[int]
+) -> int:
+    """Bind one tensor object wherever the steps of ``replay`` pass views of one place (see the
+    module docstring); ``moving`` holds the :func:`storage_key` of the storages whose views are
+    re-pointed one by one. Returns how many objects the capture lets go."""
+    names = bound_names(replay)
+    in_arena: dict[tuple, torch.Tensor] = {}
+    let_go: set[int] = set()
+
+    def one_of(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(one_of(v) for v in value)
+        if not isinstance(value, torch.Tensor):
+            return value
+        key = storage_key(value)
+        if key in moving:
+            return value
+        if key == arena._cdata:
+            kept = in_arena.setdefault(geometry(value), value)
+        else:
+            kept = FIXED_VIEWS.setdefault((key, *geometry(value)), value)
+        if kept is not value:
+            let_go.add(id(value))
+        return kept
+
+    for name, value in names.items():
+        if isinstance(value, dict):
+            names[name] = {keyword: one_of(v) for keyword, v in value.items()}
+        elif name[0] != "f":
+            names[name] = one_of(value)
+    bind(replay, names)
+    return len(let_go)
