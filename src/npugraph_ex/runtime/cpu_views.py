@@ -49,29 +49,24 @@ def geometry(tensor: torch.Tensor) -> tuple:
 
 def share_equal_views(
     replay: Callable[[], None], arena: torch.UntypedStorage, moving: set[int]
-) -> int:
+) -> None:
     """Bind one tensor object wherever the steps of ``replay`` pass views of one place (see the
     module docstring); ``moving`` holds the :func:`storage_key` of the storages whose views are
-    re-pointed one by one. Returns how many objects the capture lets go."""
+    re-pointed one by one."""
     names = bound_names(replay)
     in_arena: dict[tuple, torch.Tensor] = {}
-    let_go: set[int] = set()
 
     def one_of(value: Any) -> Any:
         if isinstance(value, (list, tuple)):
             return type(value)(one_of(v) for v in value)
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             return value
         key = storage_key(value)
         if key in moving:
             return value
         if key == arena._cdata:
-            kept = in_arena.setdefault(geometry(value), value)
-        else:
-            kept = FIXED_VIEWS.setdefault((key, *geometry(value)), value)
-        if kept is not value:
-            let_go.add(id(value))
-        return kept
+            return in_arena.setdefault(geometry(value), value)
+        return FIXED_VIEWS.setdefault((key, *geometry(value)), value)
 
     for name, value in names.items():
         if isinstance(value, dict):
@@ -79,4 +74,3 @@ def share_equal_views(
         elif name[0] != "f":
             names[name] = one_of(value)
     bind(replay, names)
-    return len(let_go)
