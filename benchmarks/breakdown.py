@@ -181,8 +181,8 @@ def measure(
 
 class InCallClock:
     """Seconds spent inside ``manager.run`` while the compiled call runs: the replay as it runs in
-    place, between Dynamo's frame and AOTAutograd's wrapper, whose code and data evict some of
-    its own from the caches (timed alone, back to back, the same replay runs faster, and the
+    place, between Dynamo's frame and AOTAutograd's wrapper, which leave less of its code and
+    data in the caches than replays back to back do (alone, the same replay runs faster, and the
     difference of the two timings would charge that to the wrapper)."""
 
     def __init__(self, manager: Any) -> None:

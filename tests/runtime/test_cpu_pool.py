@@ -129,7 +129,7 @@ def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
 ) -> None:
     w = torch.randn(16, 16)
     shared = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
-    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, arena, moving: 0)
+    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, arena, moving: None)
     apart = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
     arena_objects = {len(tensor_objects(g, g.placed.pool.arena)) for g in (shared, apart)}
     # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in
