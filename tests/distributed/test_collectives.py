@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,20 @@ def run_ranks(script: Path) -> list[dict[str, Any]]:
         )  # fmt: skip
         for rank in range(WORLD)
     ]
-    done = [rank.communicate(timeout=600) for rank in ranks]
+    deadline = time.monotonic() + 600
+    try:
+        done = [rank.communicate(timeout=max(deadline - time.monotonic(), 1)) for rank in ranks]
+    except subprocess.TimeoutExpired:
+        # A rank that waits in a collective another rank never reaches waits for gloo's own
+        # timeout: stop them all and say what each printed and how it ended.
+        for rank in ranks:
+            rank.kill()
+        done = [rank.communicate() for rank in ranks]
+        ended = [
+            f"rank {index}: exit {rank.returncode}: {err[-3000:]}"
+            for index, (rank, (_, err)) in enumerate(zip(ranks, done, strict=True))
+        ]
+        pytest.fail("ranks still running after 600 s\n" + "\n".join(ended))
     # Every failed rank's error: the first to fail is often not rank 0 (the others then lose
     # their connection to it).
     failed = [
