@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from npugraph_ex.runtime.cpu_program import bind, bound_names, steps_of, straight_line
+from npugraph_ex.runtime.cpu_program import bound_names, map_arguments, steps_of, straight_line
 
 
 def test_steps_run_in_order_with_their_bound_arguments() -> None:
@@ -69,6 +71,22 @@ def test_a_replay_binds_its_objects_in_one_tuple_not_a_dict_of_its_own() -> None
     names = bound_names(replay_a)
     assert sorted(names) == ["a0_0", "f0", "k0_out"]
     assert names["f0"] is torch.neg and names["a0_0"] is a and names["k0_out"] is out_a
-    bind(replay_a, {**names, "a0_0": b, "k0_out": out_b})
+    swap = {id(a): b, id(out_a): out_b}
+    map_arguments(replay_a, lambda value: swap.get(id(value), value))
     replay_a()
     assert torch.equal(out_b, -b)
+
+
+def test_mapping_arguments_reaches_keywords_bound_as_one_dict_and_leaves_kernels_alone() -> None:
+    a, b = torch.randn(4), torch.randn(4)
+    seen: list[Any] = []
+
+    def note(*args: Any, **kwargs: Any) -> None:
+        seen.append((args, kwargs))
+
+    replay = straight_line([(note, (a,), {"from": a, "dim": 0})])  # ``from``: one ``**`` dict
+    map_arguments(replay, lambda value: b if value is a else value)
+    replay()
+    ((args, kwargs),) = seen
+    assert args[0] is b and kwargs["from"] is b and kwargs["dim"] == 0
+    assert steps_of(replay)[0][0] is note

@@ -171,8 +171,8 @@ class CpuGraph(CapturedGraph):
         plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
         if self.placed is not None and self.kept_steps is None:
-            moving = storage_keys([buffer.views[0][0] for buffer in plan.outputs])
-            share_equal_views(self.replay_steps, pool.arena, moving | storage_keys(outputs))
+            # The outputs' storages are the ones whose views a key switch re-points.
+            share_equal_views(self.replay_steps, pool.arena, storage_keys(outputs))
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)

@@ -99,8 +99,17 @@ def bound_names(replay: Callable[[], None]) -> dict[str, Any]:
     return dict(zip(unpacked, values, strict=True))
 
 
-def bind(replay: Callable[[], None], names: dict[str, Any]) -> None:
-    """Bind ``names`` (all of ``bound_names(replay)``, in its order) to ``replay`` instead."""
+def map_arguments(replay: Callable[[], None], change: Callable[[Any], Any]) -> None:
+    """Bind ``change(value)`` in place of every argument value the steps of ``replay`` (made by
+    ``straight_line``) pass, positional or keyword; the kernels they call stay as they are."""
+    names = bound_names(replay)
+    for name, value in names.items():
+        if name.startswith("f"):  # the step's kernel (``step_line`` names it f<index>)
+            continue
+        if isinstance(value, dict):  # keywords bound as one dict
+            names[name] = {keyword: change(v) for keyword, v in value.items()}
+        else:
+            names[name] = change(value)
     replay.__defaults__ = (tuple(names.values()),)  # type: ignore[attr-defined]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.cpu_memory import storage_key
-from npugraph_ex.runtime.cpu_program import bind, bound_names
+from npugraph_ex.runtime.cpu_program import map_arguments
 
 FIXED_VIEWS: weakref.WeakValueDictionary[tuple, torch.Tensor] = weakref.WeakValueDictionary()
 """Views of storages that never move, by storage and geometry, shared by every capture while
@@ -53,7 +53,6 @@ def share_equal_views(
     """Bind one tensor object wherever the steps of ``replay`` pass views of one place (see the
     module docstring); ``moving`` holds the :func:`storage_key` of the storages whose views are
     re-pointed one by one."""
-    names = bound_names(replay)
     in_arena: dict[tuple, torch.Tensor] = {}
 
     def one_of(value: Any) -> Any:
@@ -68,9 +67,4 @@ def share_equal_views(
             return in_arena.setdefault(geometry(value), value)
         return FIXED_VIEWS.setdefault((key, *geometry(value)), value)
 
-    for name, value in names.items():
-        if isinstance(value, dict):
-            names[name] = {keyword: one_of(v) for keyword, v in value.items()}
-        elif name[0] != "f":
-            names[name] = one_of(value)
-    bind(replay, names)
+    map_arguments(replay, one_of)
