@@ -11,6 +11,7 @@ import torch
 
 import npugraph_ex
 from helpers import graphs_called, totals
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.errors import UnsupportedGraphError
 
 
@@ -128,6 +129,23 @@ def test_a_key_whose_parameters_were_replaced_and_freed_is_dropped(device: str) 
     graph = only_graph()
     assert graph["dropped_keys"] == {"parameters freed": 1}
     assert graph["live_keys"] == 1
+
+
+@torch.no_grad()
+def test_every_key_stages_the_same_alias_of_a_parameter(device: str) -> None:
+    lin = torch.nn.Linear(8, 8).to(device)
+    before = live_graph_numbers()
+    fn = compiled(lin)
+    for rows in (2, 3):
+        x = torch.randn(rows, 8, device=device)
+        assert torch.equal(fn(x), lin(x))
+    (manager,) = managers_since(before)
+    first, second = (entry.staged.args for entry in manager.entries.values())
+    static = manager.layout.static
+    assert len(static) == 2  # weight and bias
+    assert [first[i] is second[i] for i in static] == [True, True]
+    params = {id(p) for p in lin.parameters()}
+    assert [id(first[i]) in params or first[i].requires_grad for i in static] == [False, False]
 
 
 @torch.no_grad()

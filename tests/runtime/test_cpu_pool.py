@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime import cpu, runtime_for
+from npugraph_ex.runtime import cpu, cpu_views, runtime_for
 from npugraph_ex.runtime.cpu_pool import CpuPool
 
 
@@ -135,6 +135,34 @@ def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
     # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in
     # the arena, where they take three places of one shape.
     assert arena_objects == {3, 15}
+
+
+def reshaped_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Views of intermediates between the products."""
+    h = (x @ w).view(-1).sigmoid()
+    return (h.view(x.shape).t().contiguous().t() @ w.t()) + x
+
+
+def bases_in_arena(graph) -> int:
+    views = [
+        t
+        for _, args, kwargs in graph.steps
+        for t in pytree.tree_leaves((args, kwargs))
+        if isinstance(t, torch.Tensor)
+        and t.untyped_storage()._cdata == graph.placed.pool.arena._cdata
+    ]
+    return sum(t._base is not None for t in views)
+
+
+def test_views_of_the_arena_are_bound_without_their_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = torch.randn(16, 16)
+    x = torch.randn(8, 16)
+    bare = capture(reshaped_blocks, x, w, pool=CpuPool())
+    monkeypatch.setattr(cpu_views, "without_base", lambda view: view)
+    kept = capture(reshaped_blocks, x, w, pool=CpuPool())
+    assert (bases_in_arena(bare), bases_in_arena(kept) > 0) == (0, True)
+    x.copy_(torch.randn_like(x))
+    assert torch.equal(bare.replay()[0], reshaped_blocks(x, w))
 
 
 def test_shared_tensor_objects_replay_every_key_of_a_pool_correctly() -> None:

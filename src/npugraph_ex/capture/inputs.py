@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.fixed_views import alias_of
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class InputLayout:
         self.values = tuple(i for i in range(facts.num_inputs) if i not in roles | tensors)
         self.keyed_addresses = () if frozen else self.static
         self.shaped = self.copied + self.mutated
+        self.last_parameter_addresses: tuple[int, ...] = ()
 
     def key_of(self, args: Sequence[Any]) -> tuple:
         """The graph key of a call: everything that selects a different capture."""
@@ -89,6 +91,13 @@ class InputLayout:
     def parameter_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
         return addresses(args, self.static)
 
+    def interned(self, parameter_addresses: tuple[int, ...]) -> tuple[int, ...]:
+        """The previous capture's tuple when equal: the keys of a graph mostly share their
+        parameters' addresses, and each tuple holds an int object per parameter."""
+        if parameter_addresses != self.last_parameter_addresses:
+            self.last_parameter_addresses = parameter_addresses
+        return self.last_parameter_addresses
+
     def moved_parameter(self, args: Sequence[Any], captured: Sequence[int]) -> int | None:
         """The first parameter or buffer input not at its ``captured`` address, else None."""
         for index, address in zip(self.static, captured, strict=True):
@@ -101,7 +110,7 @@ class InputLayout:
         as aliases (``StagedInputs.parameters``)."""
         staged = list(args)
         for index in self.static:
-            staged[index] = args[index].detach()
+            staged[index] = alias_of(args[index])
         copies = []
         for index in self.copied:
             source = args[index]
@@ -112,7 +121,7 @@ class InputLayout:
             staged,
             tuple(copies),
             self.mutated_addresses(args),
-            self.parameter_addresses(args),
+            self.interned(self.parameter_addresses(args)),
             tuple(weakref.ref(args[i]) for i in self.static),
         )
 

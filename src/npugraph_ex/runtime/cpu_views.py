@@ -6,13 +6,15 @@ bytes of C++ and Python each). Many of them are the same memory with the same ge
 - intermediates placed in the pool's arena at the same offset with the same shape (each layer's
   MLP output, say), which share bytes at different times;
 - views of storages that never move (parameters, constants, inputs used in place), made anew by
-  every capture: each key of a graph holds its own transposed view of every weight.
+  every capture: each key of a graph held its own transposed view of every weight.
 
 To every kernel two such objects are one and the same argument, so a capture binds one object
 per place: per arena offset, sizes, strides and dtype within a capture, and per storage and
-geometry across all captures of the process for storages that never move. On the tiny Qwen3
-forward a key's steps pass 117 objects instead of 312, of which 48 views of the weights are
-the same for every key.
+geometry across all captures of the process for storages that never move (``fixed_views``).
+A view of the arena a kernel made is bound as a tensor of its own over the same place: as a
+view it kept its base alive, and autograd's record of it. On the tiny Qwen3 forward a key's
+steps pass 117 objects instead of 312, of which 48 views of the weights are the same for every
+key.
 
 What moves is left alone: output storages, whose views are re-pointed one by one at a key switch
 (``cpu_pool``). The arena's views are not re-pointed after placement (growing the arena resizes
@@ -21,30 +23,14 @@ its one storage), and nothing re-points a storage that never moves.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from npugraph_ex.fixed_views import geometry, shared_view
 from npugraph_ex.runtime.cpu_memory import storage_key
 from npugraph_ex.runtime.cpu_program import map_arguments
-
-FIXED_VIEWS: weakref.WeakValueDictionary[tuple, torch.Tensor] = weakref.WeakValueDictionary()
-"""Views of storages that never move, by storage and geometry, shared by every capture while
-one of them binds it."""
-
-
-def geometry(tensor: torch.Tensor) -> tuple:
-    """Everything a kernel reads of a tensor besides its storage."""
-    return (
-        tensor.storage_offset(),
-        tensor.shape,
-        tensor.stride(),
-        tensor.dtype,
-        tensor.is_neg(),
-        tensor.is_conj(),
-    )
 
 
 def share_equal_views(
@@ -64,7 +50,16 @@ def share_equal_views(
         if key in moving:
             return value
         if key == arena._cdata:
-            return in_arena.setdefault(geometry(value), value)
-        return FIXED_VIEWS.setdefault((key, *geometry(value)), value)
+            return in_arena.setdefault(geometry(value), without_base(value))
+        return shared_view(value)
 
     map_arguments(replay, one_of)
+
+
+def without_base(view: torch.Tensor) -> torch.Tensor:
+    """The same place as a tensor of its own: a view a kernel made keeps its base alive and
+    autograd's record of it (about 300 bytes of C++), which no replay reads."""
+    if view._base is None or view.is_neg() or view.is_conj() or view.requires_grad:
+        return view
+    own = torch.empty(0, dtype=view.dtype, device=view.device)
+    return own.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
