@@ -12,6 +12,8 @@ Per workload, timed in one interleaved loop (median per call):
 - *npugraph_ex*: the compiled forward (default options);
 - *replay in the call*: the time the compiled calls spend inside the capture manager (key lookup,
   input copies and the replay), clocked in place;
+- *in AOTAutograd's call*: the time they spend inside the function the backend returned to Dynamo
+  (AOTAutograd's runtime wrapper around the capture manager), clocked in place;
 - *replay*: the capture manager called alone, back to back, on the arguments the compiled call
   gives it (recorded for comparison: alone, its code and data stay in the caches, so it runs
   faster than in the call);
@@ -20,8 +22,8 @@ Per workload, timed in one interleaved loop (median per call):
 
 and, for eager, the ATen ops' self time under ``torch.profiler`` (the rest is the model's Python
 around them). npugraph_ex's time splits into kernels, the engine and manager (replay in the call
-- kernels) and the wrapper (npugraph_ex - replay in the call: Dynamo's frame and guards,
-AOTAutograd's wrapper).
+- kernels), AOTAutograd's wrapper (in AOTAutograd's call - replay in the call) and Dynamo's frame
+and guards (npugraph_ex - in AOTAutograd's call).
 
 The *floor* is the bytes of the weights a call reads at the memory bandwidth measured here (a
 sum over a buffer much larger than the caches): no runtime, fusion or kernel compiler keeping
@@ -37,6 +39,7 @@ gone); eager / floor the most anything can. Each ATen call has a fixed cost besi
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +65,7 @@ from common import (
 
 from npugraph_ex.bench.graphs import managers_since
 from npugraph_ex.bench.presets import build_qwen3
+from npugraph_ex.dynamo_backend import npugraph_ex_backend
 
 NAME = "breakdown"
 CACHE_LENGTH = 128
@@ -139,7 +143,12 @@ def measure(
 ) -> dict:
     eager = workload(model)
     before = live_graph_numbers()
-    compiled = workload(torch.compile(model, backend="npugraph_ex", dynamic=False))
+    in_aot = InCallClock()
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        return in_aot.clocked(npugraph_ex_backend(gm, example_inputs))
+
+    compiled = workload(torch.compile(model, backend=backend, dynamic=False))
     compiled()
     compiled()
     manager, args_in = manager_arguments(managers_since(before), compiled)
@@ -162,13 +171,15 @@ def measure(
 
         return run
 
-    clock = InCallClock(manager)
+    in_manager = InCallClock()
+    manager.run = in_manager.clocked(run_alone)
     blocks = {name: block(call) for name, call in calls.items()}
-    blocks["replay in the call"] = clock.block(compiled, reset, args.calls)
+    blocks["replay in the call"] = in_manager.block(compiled, reset, args.calls)
+    blocks["in AOTAutograd's call"] = in_aot.block(compiled, reset, args.calls)
     try:
         times = interleaved(blocks, args.repeats)
     finally:
-        clock.remove()
+        del manager.run  # the class's method again
     reset()
     eager_self = sum(aten_self_times(eager, args.calls)[0].values())
     return {
@@ -180,27 +191,31 @@ def measure(
 
 
 class InCallClock:
-    """Seconds spent inside ``manager.run`` while the compiled call runs: the replay as it runs in
-    place, between Dynamo's frame and AOTAutograd's wrapper, which leave less of its code and
-    data in the caches than replays back to back do (alone, the same replay runs faster, and the
-    difference of the two timings would charge that to the wrapper)."""
+    """Seconds spent inside one function while the compiled call runs, clocked in place.
 
-    def __init__(self, manager: Any) -> None:
-        self.manager = manager
+    The capture manager's replay runs between Dynamo's frame and AOTAutograd's wrapper, which
+    leave less of its code and data in the caches than replays back to back do (alone, the same
+    replay runs faster, and the difference of the two timings would charge that to the wrapper);
+    the same holds for AOTAutograd's wrapper inside Dynamo's frame."""
+
+    def __init__(self) -> None:
         self.spent = 0.0
-        run = manager.run
 
-        def clocked(args: list[Any]) -> Any:
+    def clocked(self, fn: Callable) -> Callable:
+        """``fn`` with its time added to this clock (attributes such as ``_boxed_call`` kept)."""
+
+        @functools.wraps(fn)
+        def clocked(*args: Any) -> Any:
             start = time.perf_counter()
             try:
-                return run(args)
+                return fn(*args)
             finally:
                 self.spent += time.perf_counter() - start
 
-        manager.run = clocked
+        return clocked
 
     def block(self, call: Callable, reset: Callable, calls: int) -> Callable[[], float]:
-        """A timed block of ``calls`` compiled calls that returns the time inside the manager."""
+        """A timed block of ``calls`` compiled calls that returns the time inside the function."""
 
         def run() -> float:
             reset()
@@ -211,14 +226,11 @@ class InCallClock:
 
         return run
 
-    def remove(self) -> None:
-        del self.manager.run  # the class's method again
 
-
-PARTS = ("kernels", "outside ATen", "engine and manager", "wrapper")
+PARTS = ("kernels", "outside ATen", "engine and manager", "AOTAutograd", "Dynamo")
 """A call's time, in order. Eager: its ATen ops (profiler self time), then the rest (the model's
 Python). npugraph_ex: the captured kernels called in a plain loop, the replay program and the
-capture manager around them, the compiled call's wrapper (Dynamo's frame, AOTAutograd's)."""
+capture manager around them, AOTAutograd's runtime wrapper, Dynamo's frame and guards."""
 
 
 def derived(result: dict, floor_ms: float) -> dict[str, Any]:
@@ -230,7 +242,8 @@ def derived(result: dict, floor_ms: float) -> dict[str, Any]:
     replay = {
         "kernels": ms["kernels"],
         "engine and manager": ms["replay in the call"] - ms["kernels"],
-        "wrapper": ms["npugraph_ex"] - ms["replay in the call"],
+        "AOTAutograd": ms["in AOTAutograd's call"] - ms["replay in the call"],
+        "Dynamo": ms["npugraph_ex"] - ms["in AOTAutograd's call"],
     }
     return {
         "parts": {
@@ -250,7 +263,7 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = dict(zip(PARTS, ("#4c72b0", "#dd8452", "#8172b3", "#c44e52"), strict=True))
+    colors = dict(zip(PARTS, ("#4c72b0", "#dd8452", "#8172b3", "#937860", "#c44e52"), strict=True))
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4.4))
     for ax, (name, result) in zip(axes, results.items(), strict=True):
         parts = result["derived"]["parts"]
