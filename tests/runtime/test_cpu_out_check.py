@@ -47,3 +47,44 @@ def test_verdicts_are_kept_for_the_latest_layouts_only(monkeypatch) -> None:
         assert writes_in_place(aten.mul.out, (x, x), {}, ("out",), [x * x])
     assert len(cpu_out_check.VERDICTS) == 8
     assert [key[1][0][0][0] for key in cpu_out_check.VERDICTS] == [(r, 3) for r in range(13, 21)]
+
+
+def counted_trials(monkeypatch) -> list[object]:
+    """The overloads tried from now on (verdicts forgotten first)."""
+    monkeypatch.setattr(cpu_out_check, "VERDICTS", {})
+    monkeypatch.setattr(cpu_out_check, "PATTERN_VERDICTS", {})
+    tried = []
+    trial = cpu_out_check.trial
+
+    def counted(out_op, *rest):  # noqa: ANN001, ANN002
+        tried.append(out_op)
+        return trial(out_op, *rest)
+
+    monkeypatch.setattr(cpu_out_check, "trial", counted)
+    return tried
+
+
+def test_a_large_result_at_a_new_size_of_a_trusted_pattern_is_not_tried_again(
+    monkeypatch,
+) -> None:
+    tried = counted_trials(monkeypatch)
+    w = torch.randn(64, 1024)
+    for rows in (300, 301, 302):  # 1.2 MiB of results each: over LARGE_TRIAL_BYTES
+        x = torch.randn(rows, 64)
+        assert writes_in_place(aten.mm.out, (x, w), {}, ("out",), [x @ w])
+    for rows in (3, 4):  # small results are tried at every layout
+        x = torch.randn(rows, 64)
+        assert writes_in_place(aten.mm.out, (x, w), {}, ("out",), [x @ w])
+    assert tried == [aten.mm.out] * 3
+    x = torch.randn(300, 64)
+    assert writes_in_place(aten.mm.out, (x.t().contiguous().t(), w), {}, ("out",), [x @ w])
+    assert len(tried) == 4  # another stride order is another pattern
+
+
+def test_a_pattern_that_failed_a_trial_is_tried_at_every_size(monkeypatch) -> None:
+    tried = counted_trials(monkeypatch)
+    for index, rows in enumerate((300, 301, 302)):  # 1.2 MiB of results each
+        x = torch.randn(rows, 1024)
+        recorded = x.neg() + 0.5 if index == 0 else x.neg()  # the first trial sees other bits
+        assert writes_in_place(aten.neg.out, (x,), {}, ("out",), [recorded]) == (index > 0)
+    assert tried == [aten.neg.out] * 3

@@ -9,6 +9,14 @@ arguments, it runs once on scratch outputs of the recorded results' exact layout
 only if it keeps their shape, strides and storage and gives the same bits; otherwise the step
 computes functionally and copies. The verdict is kept per overload and argument layout: a model's
 repeated layers pay for the trial once.
+
+A trial's scratch outputs are as large as the results, and alive with them: for a language
+model's logits, a second copy at every new sequence length (for Qwen3-0.6B's vocabulary, 0.6 MiB
+per token). So a result of ``LARGE_TRIAL_BYTES`` or more skips its trial where the overload was
+trusted with the same *pattern* of layouts (ranks, dtypes, devices, which sizes are 0 or 1, the
+order of the strides, every other argument's value; not the sizes) in every trial of that
+pattern so far: the overloads that fail a trial fail it for a pattern (an ``out`` of the reduced
+shape, one resized to the input's), not for one size of it.
 """
 
 from __future__ import annotations
@@ -30,6 +38,13 @@ one more trial."""
 
 VERDICT_LIMIT = 256
 
+PATTERN_VERDICTS: dict[tuple, bool] = {}
+"""Per (``out=`` overload, pattern of its arguments' and results' layouts): whether every trial
+of that pattern trusted it (kept, and capped, as ``VERDICTS`` are)."""
+
+LARGE_TRIAL_BYTES = 1 << 20
+"""Results of this many bytes or more skip a trial their pattern's verdict answers."""
+
 
 def layout_of(value: Any) -> Any:
     """What the verdict depends on: tensors' layouts, every other argument's value."""
@@ -49,11 +64,43 @@ def writes_in_place(
     layout without reallocating them (``results``: the functional call's, one per out name)."""
     key = (out_op, layout_of((args, kwargs)), layout_of(results))
     verdict = VERDICTS.get(key)
-    if verdict is None:
-        verdict = VERDICTS[key] = trial(out_op, args, kwargs, out_names, results)
-        if len(VERDICTS) > VERDICT_LIMIT:
-            del VERDICTS[next(iter(VERDICTS))]
+    if verdict is not None:
+        return verdict
+    pattern = (out_op, pattern_of((args, kwargs)), pattern_of(results))
+    large = sum(t.nbytes for t in tensors_in(results)) >= LARGE_TRIAL_BYTES
+    if large and PATTERN_VERDICTS.get(pattern):
+        return True
+    verdict = remember(VERDICTS, key, trial(out_op, args, kwargs, out_names, results))
+    remember(PATTERN_VERDICTS, pattern, PATTERN_VERDICTS.get(pattern, True) and verdict)
     return verdict
+
+
+def remember(verdicts: dict[tuple, bool], key: tuple, verdict: bool) -> bool:
+    """``verdicts[key] = verdict``, the oldest verdict forgotten beyond ``VERDICT_LIMIT``."""
+    verdicts[key] = verdict
+    if len(verdicts) > VERDICT_LIMIT:
+        del verdicts[next(iter(verdicts))]
+    return verdict
+
+
+def pattern_of(value: Any) -> Any:
+    """A layout without its sizes: what a trial's verdict is trusted for at another size."""
+    if isinstance(value, torch.Tensor):
+        shape, stride = tuple(value.shape), value.stride()
+        kinds = zip(shape, stride, strict=True)
+        return (
+            value.dtype,
+            value.device.type,
+            tuple((size == 0, size == 1, step == 0) for size, step in kinds),
+            tuple(sorted(range(value.dim()), key=lambda dim: -stride[dim])),
+            value.is_contiguous(),
+            value.storage_offset() == 0,
+        )
+    if isinstance(value, (list, tuple)):
+        return tuple(pattern_of(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((name, pattern_of(item)) for name, item in value.items()))
+    return repr(value)
 
 
 def trial(
