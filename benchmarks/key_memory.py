@@ -6,7 +6,8 @@ key. Each row is a fresh process, which builds the model, compiles it, runs the 
 freed heap (``malloc_trim``) and reports its peak resident set (``ru_maxrss``), its resident set
 and the heap in use (``mallinfo2``). The same loop under ``force_eager`` (compiled, nothing
 captured) is the baseline: *above eager* is what capturing adds; *per key*, what each key beyond
-the first row's adds to it.
+the first row's adds to it; *resident ratio*, a row's resident set above eager over the first
+row's. With ``--repeats N`` each row runs N pairs of processes and reports their medians.
 
     python benchmarks/key_memory.py
     python benchmarks/key_memory.py --keys 1 16 64 --vocab 8192 --start 128
@@ -23,10 +24,18 @@ import subprocess
 import sys
 from typing import Any
 
-from common import add_common_args, environment, environment_line, format_table, write_json
+from common import (
+    add_common_args,
+    environment,
+    environment_line,
+    format_table,
+    median,
+    write_json,
+)
 
 NAME = "key_memory"
 MIB = 2**20
+MEASURES = ("peak_mib", "resident_mib", "heap_in_use_mib")
 
 
 class MallInfo2(ctypes.Structure):
@@ -87,6 +96,23 @@ def run_child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def measured_row(args: argparse.Namespace, keys: int) -> dict[str, Any]:
+    """``args.repeats`` pairs of processes for ``keys`` keys, eager then captured, and the medians
+    of what capturing adds."""
+    runs = []
+    for _ in range(args.repeats):
+        eager = run_child(args, "force_eager", keys)
+        captured = run_child(args, "capture", keys)
+        above = {name: captured[name] - eager[name] for name in MEASURES}
+        runs.append({"force_eager": eager, "captured": captured, "above": above})
+    return {
+        "keys": keys,
+        "runs": runs,
+        "above": {name: median([run["above"][name] for run in runs]) for name in MEASURES},
+        "pool_mib": runs[-1]["captured"]["pool_mib"],
+    }
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, NAME, repeats=1)
@@ -102,19 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(child(args, args.child[0], int(args.child[1]))))
         return
-    rows, results = [], []
-    for keys in args.keys:
-        eager = run_child(args, "force_eager", keys)
-        captured = run_child(args, "capture", keys)
-        above = {k: captured[k] - eager[k] for k in ("peak_mib", "resident_mib", "heap_in_use_mib")}
-        results.append({"keys": keys, "force_eager": eager, "captured": captured, "above": above})
+    results = [measured_row(args, keys) for keys in args.keys]
     first = results[0]
+    rows = []
     for result in results:
         above = result["above"]
         rows.append([
             result["keys"], f"{above['peak_mib']:.1f}", f"{above['resident_mib']:.1f}",
-            f"{above['heap_in_use_mib']:.1f}", f"{result['captured']['pool_mib']:.2f}",
+            f"{above['heap_in_use_mib']:.1f}", f"{result['pool_mib']:.2f}",
             *(per_key(result, first, name) for name in ("peak_mib", "resident_mib")),
+            f"{above['resident_mib'] / first['above']['resident_mib']:.2f}x",
         ])  # fmt: skip
     print(environment_line(environment()))
     print(
@@ -122,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         "MiB above the same loop under force_eager"
     )
     header = ["keys", "peak", "resident", "heap in use", "pool"]
-    header += ["peak KiB per key", "resident KiB per key"]
+    header += ["peak KiB per key", "resident KiB per key", "resident ratio"]
     print(format_table(header, rows))
     write_json(args.out, NAME, vars(args), results)
 
