@@ -9,7 +9,8 @@ from torch.profiler import ProfilerActivity, profile
 from helpers import capture_on_cpu as capture
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu_steps import result_tensor_lister, tensors_in_result
+from npugraph_ex.runtime.cpu_memory import tensors_in
+from npugraph_ex.runtime.cpu_steps import result_tensor_lister
 from npugraph_ex.schemas import out_variant
 
 aten = torch.ops.aten
@@ -93,7 +94,7 @@ def test_kernel_without_out_overload_computes_and_copies() -> None:
 )
 def test_a_kernel_result_lists_its_tensors_as_capture_indexed_them(result) -> None:
     listed = result_tensor_lister(result)(result)
-    expected = tensors_in_result(result)
+    expected = tensors_in(result)
     assert len(listed) == len(expected)
     assert all(a is b for a, b in zip(listed, expected, strict=True))
 

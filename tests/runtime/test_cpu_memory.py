@@ -6,10 +6,11 @@ import random
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 
 from helpers import capture_on_cpu as capture
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu_memory import ALIGNMENT, Buffer, assign_offsets
+from npugraph_ex.runtime.cpu_memory import ALIGNMENT, Buffer, assign_offsets, tensors_in
 
 
 def overlap_in_bytes(a: Buffer, b: Buffer) -> bool:
@@ -107,3 +108,19 @@ def test_the_capturing_call_returns_values_in_the_graphs_output_memory(plan_memo
     assert torch.equal(first, chain(x))
     assert first.data_ptr() == graph.replay()[0].data_ptr()
     assert (graph.placed is not None) == plan_memory
+
+
+def test_tensors_in_finds_what_pytree_finds_in_the_same_order() -> None:
+    a, b, c = torch.ones(1), torch.zeros(2), torch.full((3,), 2.0)
+    values = [
+        a,
+        (a, 1, None, [b, (c,)]),
+        {"out": a, "others": [b, 2.5], "none": None},
+        torch.max(torch.randn(3, 4), dim=1),  # a named tuple of two tensors
+        ((), [], {}, "text", torch.Size([2, 3])),
+    ]
+    for value in values:
+        want = [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+        got = tensors_in(value)
+        assert len(got) == len(want)
+        assert all(x is y for x, y in zip(got, want, strict=True))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 ALIGNMENT = 64
 """Byte alignment of every planned storage (a cache line; at least any element size)."""
@@ -67,7 +66,23 @@ class MemoryPlan:
 
 
 def tensors_in(values: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)]
+    """The tensors in ``values`` in order, through nested lists, tuples and dicts: what
+    ``pytree.tree_leaves`` finds among a kernel's arguments and results, at a fraction of its
+    cost (a capture asks for them several times per kernel)."""
+    found: list[torch.Tensor] = []
+    collect_tensors(values, found)
+    return found
+
+
+def collect_tensors(value: Any, found: list[torch.Tensor]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            collect_tensors(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            collect_tensors(item, found)
 
 
 def storage_key(tensor: torch.Tensor) -> int:

@@ -34,7 +34,7 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
-from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys
+from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys, tensors_in
 from npugraph_ex.runtime.cpu_out_check import writes_in_place
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
@@ -96,7 +96,7 @@ def prewrap_numbers(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> t
     float16 is finite while 100000 is not a float16), so their numbers stay numbers.
     """
     numbers = numbers_for_tensors(op, args, kwargs)
-    operands = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+    operands = tensors_in((args, kwargs))
     if not numbers or not isinstance(result, torch.Tensor) or not operands:
         return args, kwargs
     dtype = result.dtype
@@ -160,10 +160,6 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     return "copy", compute_and_copy(op, args, kwargs, result, fresh)
 
 
-def tensors_in_result(result: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
-
-
 def result_tensor_lister(result: Any) -> Callable[[Any], Sequence[torch.Tensor]]:
     """How to list a kernel's tensor results on replay, chosen from what it returned at capture
     (the same kernel on the same arguments returns the same structure): the common shapes, one
@@ -172,7 +168,7 @@ def result_tensor_lister(result: Any) -> Callable[[Any], Sequence[torch.Tensor]]
         return lambda new: (new,)
     if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
         return lambda new: new
-    return tensors_in_result
+    return tensors_in
 
 
 def compute_and_copy(
