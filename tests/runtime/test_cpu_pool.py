@@ -114,14 +114,19 @@ def repeated_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def tensor_objects(graph, storage: torch.UntypedStorage) -> set[int]:
-    """The tensor objects the steps of ``graph`` pass that view ``storage``."""
-    return {
-        id(t)
+def tensors_viewing(graph, storage: torch.UntypedStorage) -> list[torch.Tensor]:
+    """The tensors the steps of ``graph`` pass that view ``storage``, each time they pass one."""
+    return [
+        t
         for _, args, kwargs in graph.steps
         for t in pytree.tree_leaves((args, kwargs))
         if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata == storage._cdata
-    }
+    ]
+
+
+def tensor_objects(graph, storage: torch.UntypedStorage) -> set[int]:
+    """The tensor objects the steps of ``graph`` pass that view ``storage``."""
+    return {id(t) for t in tensors_viewing(graph, storage)}
 
 
 def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
@@ -144,14 +149,7 @@ def reshaped_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def bases_in_arena(graph) -> int:
-    views = [
-        t
-        for _, args, kwargs in graph.steps
-        for t in pytree.tree_leaves((args, kwargs))
-        if isinstance(t, torch.Tensor)
-        and t.untyped_storage()._cdata == graph.placed.pool.arena._cdata
-    ]
-    return sum(t._base is not None for t in views)
+    return sum(t._base is not None for t in tensors_viewing(graph, graph.placed.pool.arena))
 
 
 def test_views_of_the_arena_are_bound_without_their_base(monkeypatch: pytest.MonkeyPatch) -> None:
