@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 
 import torch.distributed as dist
 
@@ -15,6 +17,8 @@ def join_gloo_group() -> tuple[int, int]:
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
+    # A rank the test stops for running too long first writes where every thread waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
     return args.rank, args.world

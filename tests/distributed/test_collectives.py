@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,13 +57,18 @@ def run_ranks(script: Path) -> list[dict[str, Any]]:
         done = [rank.communicate(timeout=max(deadline - time.monotonic(), 1)) for rank in ranks]
     except subprocess.TimeoutExpired:
         # A rank that waits in a collective another rank never reaches waits for gloo's own
-        # timeout: stop them all and say what each printed and how it ended.
+        # timeout: stop them all and say what each printed, where each waited (the stacks
+        # faulthandler writes on SIGUSR1, ``gloo_group``) and how it ended.
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.send_signal(signal.SIGUSR1)
+        time.sleep(2)
         for rank in ranks:
             rank.kill()
         done = [rank.communicate() for rank in ranks]
         ended = [
-            f"rank {index}: exit {rank.returncode}: {err[-3000:]}"
-            for index, (rank, (_, err)) in enumerate(zip(ranks, done, strict=True))
+            f"rank {index}: exit {rank.returncode}: stdout: {out[-1000:]}\nstderr: {err[-6000:]}"
+            for index, (rank, (out, err)) in enumerate(zip(ranks, done, strict=True))
         ]
         pytest.fail("ranks still running after 600 s\n" + "\n".join(ended))
     # Every failed rank's error: the first to fail is often not rank 0 (the others then lose
