@@ -21,6 +21,7 @@ shape, one resized to the input's), not for one size of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -48,13 +49,41 @@ LARGE_TRIAL_BYTES = 1 << 20
 
 def layout_of(value: Any) -> Any:
     """What the verdict depends on: tensors' layouts, every other argument's value."""
+    return described(value, tensor_layout)
+
+
+def pattern_of(value: Any) -> Any:
+    """A layout without its sizes: what a trial's verdict is trusted for at another size."""
+    return described(value, tensor_pattern)
+
+
+def described(value: Any, tensor_form: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` with every tensor in it as ``tensor_form`` gives it, every other value as its
+    ``repr`` (lists, tuples and dicts walked)."""
     if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.stride(), value.dtype, value.device.type)
+        return tensor_form(value)
     if isinstance(value, (list, tuple)):
-        return tuple(layout_of(item) for item in value)
+        return tuple(described(item, tensor_form) for item in value)
     if isinstance(value, dict):
-        return tuple(sorted((name, layout_of(item)) for name, item in value.items()))
+        return tuple(sorted((name, described(item, tensor_form)) for name, item in value.items()))
     return repr(value)
+
+
+def tensor_layout(tensor: torch.Tensor) -> tuple:
+    return (tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor.device.type)
+
+
+def tensor_pattern(tensor: torch.Tensor) -> tuple:
+    shape, stride = tuple(tensor.shape), tensor.stride()
+    kinds = zip(shape, stride, strict=True)
+    return (
+        tensor.dtype,
+        tensor.device.type,
+        tuple((size == 0, size == 1, step == 0) for size, step in kinds),
+        tuple(sorted(range(tensor.dim()), key=lambda dim: -stride[dim])),
+        tensor.is_contiguous(),
+        tensor.storage_offset() == 0,
+    )
 
 
 def writes_in_place(
@@ -81,26 +110,6 @@ def remember(verdicts: dict[tuple, bool], key: tuple, verdict: bool) -> bool:
     if len(verdicts) > VERDICT_LIMIT:
         del verdicts[next(iter(verdicts))]
     return verdict
-
-
-def pattern_of(value: Any) -> Any:
-    """A layout without its sizes: what a trial's verdict is trusted for at another size."""
-    if isinstance(value, torch.Tensor):
-        shape, stride = tuple(value.shape), value.stride()
-        kinds = zip(shape, stride, strict=True)
-        return (
-            value.dtype,
-            value.device.type,
-            tuple((size == 0, size == 1, step == 0) for size, step in kinds),
-            tuple(sorted(range(value.dim()), key=lambda dim: -stride[dim])),
-            value.is_contiguous(),
-            value.storage_offset() == 0,
-        )
-    if isinstance(value, (list, tuple)):
-        return tuple(pattern_of(item) for item in value)
-    if isinstance(value, dict):
-        return tuple(sorted((name, pattern_of(item)) for name, item in value.items()))
-    return repr(value)
 
 
 def trial(

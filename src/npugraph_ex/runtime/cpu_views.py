@@ -11,10 +11,10 @@ bytes of C++ and Python each). Many of them are the same memory with the same ge
 To every kernel two such objects are one and the same argument, so a capture binds one object
 per place: per arena offset, sizes, strides and dtype within a capture, and per storage and
 geometry across all captures of the process for storages that never move (``fixed_views``).
-A view of the arena a kernel made is bound as a tensor of its own over the same place: as a
-view it kept its base alive, and autograd's record of it. On the tiny Qwen3 forward a key's
-steps pass 117 objects instead of 312, of which 48 views of the weights are the same for every
-key.
+A view of the arena a kernel made is bound as a tensor of its own over the same place (its
+``detach``): as a view it kept its base alive, and autograd's record of it. On the tiny Qwen3
+forward a key's steps pass 117 objects instead of 312, of which 48 views of the weights are the
+same for every key.
 
 What moves is left alone: output storages, whose views are re-pointed one by one at a key switch
 (``cpu_pool``). The arena's views are not re-pointed after placement (growing the arena resizes
@@ -50,16 +50,19 @@ def share_equal_views(
         if key in moving:
             return value
         if key == arena._cdata:
-            return in_arena.setdefault(geometry(value), without_base(value))
+            place = geometry(value)
+            if place not in in_arena:
+                in_arena[place] = without_base(value)
+            return in_arena[place]
         return shared_view(value)
 
     map_arguments(replay, one_of)
 
 
 def without_base(view: torch.Tensor) -> torch.Tensor:
-    """The same place as a tensor of its own: a view a kernel made keeps its base alive and
-    autograd's record of it (about 300 bytes of C++), which no replay reads."""
-    if view._base is None or view.is_neg() or view.is_conj() or view.requires_grad:
+    """The same place as a tensor of its own (``detach``, as ``caller_aliases`` makes them): a
+    view a kernel made keeps its base alive and autograd's record of it (about 300 bytes of
+    C++), which no replay reads."""
+    if view._base is None or view.requires_grad:
         return view
-    own = torch.empty(0, dtype=view.dtype, device=view.device)
-    return own.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    return view.detach()
