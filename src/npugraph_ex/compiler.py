@@ -117,14 +117,15 @@ def compile_graph(
     example_inputs: Sequence[Any],
     config: Config,
     *,
-    on_lowered: Callable[[LoweredGraph], None] | None = None,
+    on_lowered: Callable[[LoweredGraph, Callable[[list[Any]], Any]], None] | None = None,
 ) -> Callable[[list[Any]], Any]:
     """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
-    graph after the passes."""
+    graph after the passes and the callable built from it."""
     lowered = lower_graph(gm, example_inputs, config, graph_name())
+    call = build_graph_callable(lowered, config)
     if on_lowered is not None:
-        on_lowered(lowered)
-    return build_graph_callable(lowered, config)
+        on_lowered(lowered, call)
+    return call
 
 
 def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:

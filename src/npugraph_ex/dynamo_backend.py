@@ -26,13 +26,13 @@ def npugraph_ex_backend(
     *,
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
-    on_lowered: Callable[[LoweredGraph], None] | None = None,
+    on_lowered: Callable[[LoweredGraph, Callable[[list[Any]], Any]], None] | None = None,
 ) -> Any:
     """``torch.compile(model, backend="npugraph_ex", options={...})``.
 
     ``options`` are the flat option names of the options reference; ``mode`` is what
     ``torch.compile(mode=...)`` passes. ``on_lowered`` sees each inference graph after the
-    passes (the compile cache records it there).
+    passes and the callable built from it (the compile cache records both there).
     """
     specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)

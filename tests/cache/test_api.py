@@ -11,6 +11,7 @@ import torch
 
 import npugraph_ex.inference
 from models import make_mlp
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.errors import ConfigError, ConfigTypeError
@@ -82,6 +83,31 @@ def test_a_cached_call_is_eager_exact_and_readable(
     assert cli_main(["cache", "clear", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip().endswith("1 cache entry removed")
     assert not list(tmp_path.rglob("compiled_module"))
+
+
+def test_a_process_runs_the_variant_it_stored_from_its_second_call(tmp_path: Path) -> None:
+    """Once the first call has stored its variant, the process's later calls take the stored
+    variant's path (as a warm process does, past Dynamo's guards) on the graph it compiled: one
+    capture manager, one capture, replays; and a new shape still compiles and is stored."""
+    model = make_mlp()
+    cached = npugraph_ex.inference.cache_compile(model.forward, cache_dir=tmp_path, dynamic=False)
+    xs = [torch.randn(4, 32) for _ in range(4)]
+    before = live_graph_numbers()
+    with torch.no_grad():
+        first = cached(xs[0]).clone(), model(xs[0])
+        through_dynamo = cached.compiled
+        cached.compiled = None  # a call that went to Dynamo again would fail here
+        later = [(cached(x).clone(), model(x)) for x in xs[1:]]
+        cached.compiled = through_dynamo
+        wider = cached(torch.randn(6, 32))
+    for got, want in [first, *later]:
+        assert torch.equal(got, want)
+    assert wider.shape == (6, 32)
+    info = cached.cache_info()
+    assert (info["compiled"], info["saved"], info["hits"], info["variants"]) == (2, 2, 3, 2)
+    assert info["build_seconds"] == 0.0
+    manager = managers_since(before)[0]
+    assert (manager.stats.captures, manager.stats.replays) == (1, 3)
 
 
 def test_missing_paths_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

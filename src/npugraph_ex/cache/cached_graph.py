@@ -35,12 +35,15 @@ class Misfit(NpuGraphExError):
 
 
 class CachedGraph:
-    """Callable like Dynamo's compiled function for one stored graph."""
+    """Callable like Dynamo's compiled function for one stored graph; ``call``, where this
+    process compiled the graph itself, is the callable it built (no second capture manager)."""
 
-    def __init__(self, record: GraphRecord, config: Config):
+    def __init__(
+        self, record: GraphRecord, config: Config, call: Callable[[list[Any]], Any] | None = None
+    ):
         self.record = record
         self.config = config
-        self.call: Callable[[list[Any]], Any] | None = None
+        self.call = call
         self.clauses: dict[int, list[tuple[str, Any]]] = {}
         for clause in record.guards:
             code = compile(clause, "<npugraph_ex cache guard>", "eval")

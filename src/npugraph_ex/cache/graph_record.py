@@ -18,6 +18,7 @@ the Dynamo graph's values. The record keeps:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +65,9 @@ class GraphRecord:
 
 class GraphRecorder:
     """Collects a :class:`GraphRecord` from a backend call, in three steps: made when the
-    backend receives Dynamo's graph; ``lowered`` when the compiler has the lowered ATen graph;
-    ``finish`` once Dynamo is done (shape guards may be added up to the end of the compile).
+    backend receives Dynamo's graph; ``lowered`` when the compiler has the lowered ATen graph
+    and its callable (kept as ``call``, for this process to reuse); ``finish`` once Dynamo is
+    done (shape guards may be added up to the end of the compile).
     """
 
     def __init__(self, gm: torch.fx.GraphModule):
@@ -78,15 +80,17 @@ class GraphRecorder:
             {code.co_filename for code in getattr(context, "traced_code", None) or ()}
         )
         self.record: GraphRecord | None = None
+        self.call: Callable[[list[Any]], Any] | None = None
         self.reason: str | None = None
         if any(v is None for v in self.placeholders):
             self.reason = "a graph input has no example value"
         elif any(is_subclass(v) for v in self.placeholders):
             self.reason = "a graph input is a tensor subclass"
 
-    def lowered(self, lowered: LoweredGraph) -> None:
+    def lowered(self, lowered: LoweredGraph, call: Callable[[list[Any]], Any]) -> None:
         if self.reason is not None:
             return
+        self.call = call
         context = torch._guards.TracingContext.try_get()
         metadata = getattr(context, "fw_metadata", None)
         self.reason = unsupported_runtime(metadata, lowered, len(self.placeholders))

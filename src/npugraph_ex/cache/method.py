@@ -4,7 +4,8 @@ A call looks for a stored variant whose argument state matches (the arguments' t
 and tensor kinds, and the global modes) and runs its bytecode; the stored graph then checks its
 shape guards. A call no stored variant fits goes to ``torch.compile`` (``fullgraph=True``, the
 recording backend); each frame Dynamo compiles for it is stored as a new variant, merged into
-the entry on disk. Nothing a cache problem causes stops the method: a stale or corrupt file is
+the entry on disk, and this process's later calls take that variant's path as well (on the graph
+it compiled), so that a cold process runs as a warm one does from its second call on. Nothing a cache problem causes stops the method: a stale or corrupt file is
 reported once and rebuilt, an unwritable cache directory is reported once and the method runs
 uncached, a method that cannot be stored (a graph break) runs under plain ``torch.compile``.
 """
@@ -50,11 +51,16 @@ class RecordingBackend:
 
 
 class Variant:
-    """A stored variant, bound to the method of this process on first use."""
+    """A stored variant, bound to the method of this process on first use; ``calls``, for a
+    variant this process compiled and stored, are the callables its compile built."""
 
-    def __init__(self, record: VariantRecord, config: Config):
+    def __init__(self, record: VariantRecord, config: Config, calls: list[Any] | None = None):
         self.record = record
-        self.graphs = [CachedGraph(graph, config) for graph in record.graphs]
+        calls = calls or [None] * len(record.graphs)
+        self.graphs = [
+            CachedGraph(graph, config, call)
+            for graph, call in zip(record.graphs, calls, strict=True)
+        ]
         self.function: Any = None
 
     def __call__(self, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -87,6 +93,8 @@ class CachedMethod:
         )
         self.key: EntryKey | None = None
         self.variants: dict[Any, list[Variant]] | None = None
+        self.loaded = 0
+        """How many variants came from the file (a call none of them fits is worth a warning)."""
         self.uncached: str | None = None
         self.counts: Counter = Counter()
         self.load_seconds = 0.0
@@ -126,7 +134,7 @@ class CachedMethod:
                 continue
             self.counts["hits"] += 1
             return result
-        if self.variants:
+        if self.loaded:
             self.warn(
                 "misfit",
                 "a call does not fit the cached graphs (%s); compiling it and adding it to %s",
@@ -156,6 +164,7 @@ class CachedMethod:
             records = []
         for record in records:
             self.variants.setdefault(record.state, []).append(Variant(record, self.config))
+        self.loaded = len(records)
         self.load_seconds = time.perf_counter() - started
 
     def compile_call(self, state: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -185,6 +194,10 @@ class CachedMethod:
             return
         self.counts["saved"] += 1
         log.info("npugraph_ex: cache_compile: %s now holds %d variant(s)", self.path, count)
+        # Later calls of this process take the stored variant's path too, on the graph this
+        # compile built: the same checks as in a warm process, not Dynamo's guards again.
+        live = Variant(variant, self.config, calls=[r.call for r in recorders])
+        self.variants.setdefault(state, []).append(live)  # type: ignore[union-attr]
 
     def variant_record(self, state: Any, recorders: list[GraphRecorder]) -> VariantRecord:
         if len(recorders) != 1:
