@@ -40,7 +40,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path
     folder = tmp_path_factory.mktemp("bench")
     command = [sys.executable, "-m", "npugraph_ex.cli", "bench", "--model", "micro"]
     command += ["--tokens", str(TOKENS), "--steps", "4", "--max-cache-len", "16"]
-    command += ["--repeats", "2", "--variants", "eager,npugraph_ex"]
+    command += ["--repeats", "2", "--variants", "eager,npugraph_ex,npugraph_ex+cache_compile"]
     command += ["--workloads", ",".join(WORKLOADS)]
     command += ["--out", str(folder / "bench.json"), "--plot", str(folder / "bench.png")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
@@ -63,7 +63,8 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
     assert set(record["workloads"]) == set(WORKLOADS)
     for workload in record["workloads"].values():
         assert workload["compile_args"]["fullgraph"] is True
-        assert list(workload["variants"]) == ["eager", "npugraph_ex"]
+        assert list(workload["variants"]) == ["eager", "npugraph_ex", "npugraph_ex+cache_compile"]
+        assert workload["compile_args"]["by_variant"]["npugraph_ex+cache_compile"]["cache_compile"]
         for figures in workload["variants"].values():
             assert set(VARIANT_FIELDS) <= set(figures)
             assert len(figures["per_repeat_s"]) == 2
@@ -88,6 +89,8 @@ def test_npugraph_ex_captures_one_key_per_length_and_one_for_a_fixed_shape(
     assert token["steps"] == 4 and token["use_cache"] is False
     for workload in (growing, decode, token):
         assert workload["variants"]["npugraph_ex"]["pool_bytes"] > 0
+        cached = workload["variants"]["npugraph_ex+cache_compile"]
+        assert cached["captured_keys"] == workload["variants"]["npugraph_ex"]["captured_keys"]
 
 
 @pytest.mark.slow
@@ -95,8 +98,9 @@ def test_greedy_tokens_match_eager(bench_run: tuple) -> None:
     record, stdout, _ = bench_run
     for workload in record["workloads"].values():
         assert workload["variants"]["npugraph_ex"]["tokens_match_eager"] is True
-    rows = [line for line in stdout.splitlines() if line.startswith("| npugraph_ex ")]
-    assert len(rows) == len(WORKLOADS)
+        assert workload["variants"]["npugraph_ex+cache_compile"]["tokens_match_eager"] is True
+    rows = [line for line in stdout.splitlines() if line.startswith("| npugraph_ex")]
+    assert len(rows) == 2 * len(WORKLOADS)
     assert all(" yes |" in line for line in rows)
 
 

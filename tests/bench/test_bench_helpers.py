@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import warnings
 from pathlib import Path
@@ -21,7 +22,9 @@ from npugraph_ex.bench.workload import Generation, agreement
 
 
 def test_eager_always_runs_first_and_peers_depend_on_the_device() -> None:
-    assert selection("growing", "cpu", None, peers=False) == ["eager", "npugraph_ex"]
+    assert selection("growing", "cpu", None, peers=False) == [
+        "eager", "npugraph_ex", "npugraph_ex+cache_compile",
+    ]  # fmt: skip
     assert selection("decode", "cpu", ["npugraph_ex"], peers=False) == ["eager", "npugraph_ex"]
     cpu = selection("decode", "cpu", None, peers=True)
     cuda = selection("decode", "cuda", None, peers=True)
@@ -67,6 +70,28 @@ def test_each_variant_compiles_its_own_code_object() -> None:
     assert len(cache_entries(first.__code__)) == 1
     assert len(cache_entries(second.__code__)) == 1
     assert len(cache_entries(step.__code__)) == 0
+
+
+def test_a_cache_compile_variant_runs_through_a_cache_folder_it_removes() -> None:
+    """The step, wrapped as a module's method, compiles once and is a cache hit afterwards; its
+    folder goes with the compiled step."""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+    variant = VARIANTS["npugraph_ex+cache_compile"]
+    cached = variant.prepare(step, variant.compile_args(dynamic=False, npugraph_options={}))
+    x = torch.randn(3)
+    with torch.no_grad():
+        results = [cached(x).clone() for _ in range(3)]
+    assert all(torch.equal(result, step(x)) for result in results)
+    info = cached.cache_info()
+    assert (info["compiled"], info["saved"], info["hits"]) == (1, 1, 2)
+    folder = Path(info["path"]).parents[2]  # <folder>/<entry>/forward/compiled_module
+    assert folder.name.startswith("npugraph_ex_bench_cache_") and folder.is_dir()
+    del cached
+    gc.collect()
+    assert not folder.exists()
 
 
 def generation(tokens: list[int], logits: list[list[float]]) -> Generation:

@@ -10,7 +10,10 @@ the variants still to be timed.
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import types
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +33,17 @@ class Variant:
     captures: bool = False
     """Compiles through npugraph_ex: has capture managers whose keys and pools are reported."""
     devices: tuple[str, ...] = ("cpu", "cuda")
+    cached: bool = False
+    """Compiled by ``npugraph_ex.inference.cache_compile`` on an empty folder (a cold start)
+    instead of ``torch.compile``."""
 
     @property
     def compiled(self) -> bool:
         return self.backend is not None or self.mode is not None
 
     def compile_args(self, *, dynamic: bool, npugraph_options: Mapping[str, Any]) -> dict:
-        """The keyword arguments of ``torch.compile`` (``fullgraph=True`` always).
+        """The keyword arguments of ``torch.compile`` (``fullgraph=True`` always), and
+        ``cache_compile=True`` for a variant compiled through the compile cache.
 
         ``npugraph_options`` (a workload's ``capture_limit``) go to npugraph_ex variants only.
         """
@@ -48,6 +55,8 @@ class Variant:
         options = {**npugraph_options, **self.options} if self.captures else dict(self.options)
         if options:
             args["options"] = options
+        if self.cached:
+            args["cache_compile"] = True  # through cache_compile (fullgraph, this backend)
         return args
 
     def prepare(
@@ -59,6 +68,8 @@ class Variant:
         """
         if args is None:
             return step
+        if self.cached:
+            return cache_compiled(step, args)
         return torch.compile(own_code(step, self.name), **args)
 
 
@@ -72,6 +83,14 @@ VARIANTS: dict[str, Variant] = {
             backend="npugraph_ex",
             options={"static_kernel_compile": True},
             captures=True,
+        ),
+        Variant("npugraph_ex+cache_compile", backend="npugraph_ex", captures=True, cached=True),
+        Variant(
+            "npugraph_ex+static_kernels+cache_compile",
+            backend="npugraph_ex",
+            options={"static_kernel_compile": True},
+            captures=True,
+            cached=True,
         ),
         Variant("aot_eager", backend="aot_eager"),
         Variant("inductor", backend="inductor"),
@@ -89,10 +108,12 @@ VARIANTS: dict[str, Variant] = {
 
 BASELINE = "eager"
 
+CACHED = ("npugraph_ex+cache_compile", "npugraph_ex+static_kernels+cache_compile")
+
 DEFAULTS: dict[str, tuple[str, ...]] = {
-    "growing": ("eager", "npugraph_ex"),
-    "decode": ("eager", "npugraph_ex", "npugraph_ex+static_kernels"),
-    "token": ("eager", "npugraph_ex", "npugraph_ex+static_kernels"),
+    "growing": ("eager", "npugraph_ex", "npugraph_ex+cache_compile"),
+    "decode": ("eager", "npugraph_ex", "npugraph_ex+static_kernels", *CACHED),
+    "token": ("eager", "npugraph_ex", "npugraph_ex+static_kernels", *CACHED),
 }
 """What each workload runs without ``--variants``."""
 
@@ -142,3 +163,30 @@ def own_code(fn: Callable[..., Any], tag: str) -> Callable[..., Any]:
     )
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
+
+
+class StepModule(torch.nn.Module):
+    """A step function as a module's method: what ``cache_compile`` takes."""
+
+    def __init__(self, step: Callable[..., Any]):
+        super().__init__()
+        self.step = step
+
+    def forward(self, *args: Any) -> Any:
+        return self.step(*args)
+
+
+def cache_compiled(step: Callable[..., Any], args: Mapping[str, Any]) -> Callable[..., Any]:
+    """``step`` through ``cache_compile`` with ``args``' options, on a fresh folder removed when
+    the compiled step goes."""
+    import npugraph_ex.inference
+
+    folder = tempfile.mkdtemp(prefix="npugraph_ex_bench_cache_")
+    cached = npugraph_ex.inference.cache_compile(
+        StepModule(step).forward,
+        cache_dir=folder,
+        dynamic=args["dynamic"],
+        options=args.get("options", {}),
+    )
+    weakref.finalize(cached, shutil.rmtree, folder, ignore_errors=True)
+    return cached
