@@ -5,9 +5,11 @@ and tensor kinds, and the global modes) and runs its bytecode; the stored graph 
 shape guards. A call no stored variant fits goes to ``torch.compile`` (``fullgraph=True``, the
 recording backend); each frame Dynamo compiles for it is stored as a new variant, merged into
 the entry on disk, and this process's later calls take that variant's path as well (on the graph
-it compiled), so that a cold process runs as a warm one does from its second call on. Nothing a cache problem causes stops the method: a stale or corrupt file is
-reported once and rebuilt, an unwritable cache directory is reported once and the method runs
-uncached, a method that cannot be stored (a graph break) runs under plain ``torch.compile``.
+it compiled), so that a cold process runs as a warm one does from its second call on.
+
+Nothing a cache problem causes stops the method: a stale or corrupt file is reported once and
+rebuilt, an unwritable cache directory is reported once and the method runs uncached, a method
+that cannot be stored (a graph break) runs under plain ``torch.compile``.
 """
 
 from __future__ import annotations
