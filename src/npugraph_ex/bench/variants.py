@@ -109,6 +109,7 @@ VARIANTS: dict[str, Variant] = {
 BASELINE = "eager"
 
 CACHED = ("npugraph_ex+cache_compile", "npugraph_ex+static_kernels+cache_compile")
+"""The variants compiled through ``cache_compile``: the call as a served model makes it."""
 
 DEFAULTS: dict[str, tuple[str, ...]] = {
     "growing": ("eager", "npugraph_ex", "npugraph_ex+cache_compile"),
