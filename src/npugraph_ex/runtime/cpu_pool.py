@@ -30,14 +30,11 @@ from dataclasses import dataclass
 import torch
 
 from npugraph_ex.runtime.cpu_memory import MemoryPlan, point_at, unpoint
+from npugraph_ex.runtime.output_copies import byte_view
 
 
 def fresh_storage(nbytes: int) -> torch.UntypedStorage:
     return torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
-
-
-def bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
 
 
 def held_elsewhere(storage: torch.UntypedStorage) -> bool:
@@ -135,7 +132,7 @@ class CpuPool:
         if storage is None or storage.nbytes() <= computed.nbytes() or held_elsewhere(storage):
             slot.storage = computed
         else:
-            bytes_of(storage)[: computed.nbytes()].copy_(bytes_of(computed))
+            byte_view(storage)[: computed.nbytes()].copy_(byte_view(computed))
             point_at(capture.outputs[index].views, storage, 0)
         slot.writer = capture
 

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 
 
-def byte_view(storage: torch.UntypedStorage, device: torch.device) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8, device=device).set_(
+def byte_view(storage: torch.UntypedStorage) -> torch.Tensor:
+    """``storage`` as a tensor of its bytes."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(
         storage, 0, (storage.nbytes(),), (1,)
     )
 
@@ -37,7 +38,7 @@ def private_copies(outputs: list[Any], inputs: Sequence[Any]) -> tuple[list[Any]
             continue
         if storage.data_ptr() not in copies:
             own = torch.empty(storage.nbytes(), dtype=torch.uint8, device=output.device)
-            copies[storage.data_ptr()] = (byte_view(storage, output.device), own)
+            copies[storage.data_ptr()] = (byte_view(storage), own)
         own_storage = copies[storage.data_ptr()][1].untyped_storage()
         moved.append(
             torch.empty(0, dtype=output.dtype, device=output.device).set_(
