@@ -120,14 +120,20 @@ class CpuPool:
                 self.fill_slot(index, placed, buffer.views[0][0].untyped_storage())
         return placed
 
+    def vacated(self, index: int) -> OutputSlot:
+        """Slot ``index`` with its previous writer's tensors detached from its storage: then only
+        the pool's handle and the caller's tensors can reference that storage."""
+        slot = self.slots[index]
+        if slot.writer is not None:
+            unpoint(slot.writer.outputs[index].views)
+        return slot
+
     def fill_slot(self, index: int, capture: PlacedCapture, computed: torch.UntypedStorage) -> None:
         """Make ``computed``, the capture's ``index``-th output storage, slot ``index``'s: the
         storage itself where it is at least as large as the slot's (no copy, and the slot's
         old storage goes, to the caller if it holds it), else its bytes copied into the slot's
         (so a slot keeps the largest key's size and later replays need no new memory)."""
-        slot = self.slots[index]
-        if slot.writer is not None:
-            unpoint(slot.writer.outputs[index].views)
+        slot = self.vacated(index)
         storage = slot.storage
         if storage is None or storage.nbytes() <= computed.nbytes() or held_elsewhere(storage):
             slot.storage = computed
@@ -138,12 +144,8 @@ class CpuPool:
 
     def take_slot(self, index: int, capture: PlacedCapture) -> None:
         """Point ``capture``'s ``index``-th output storage at slot ``index``."""
-        slot = self.slots[index]
+        slot = self.vacated(index)
         buffer = capture.outputs[index]
-        # Detach the previous writer first: then only the pool's handle and the caller's
-        # tensors can reference the storage.
-        if slot.writer is not None:
-            unpoint(slot.writer.outputs[index].views)
         storage = slot.storage
         if storage is None or storage.nbytes() < buffer.nbytes or held_elsewhere(storage):
             storage = slot.storage = fresh_storage(buffer.nbytes)
