@@ -114,6 +114,13 @@ def test_a_process_runs_the_variant_it_stored_from_its_second_call(
     assert info["build_seconds"] == 0.0
     manager = managers_since(before)[0]
     assert (manager.stats.captures, manager.stats.replays) == (1, 3)
+    assert pickled_graph_bytes(cached) == 0  # the graph is built: no pickled copy is kept
+
+
+def pickled_graph_bytes(cached: npugraph_ex.inference.CachedMethod) -> int:
+    """Bytes of pickled graphs the method's variants still hold."""
+    variants = [v for same_state in (cached.variants or {}).values() for v in same_state]
+    return sum(len(graph.record.graph) for v in variants for graph in v.graphs)
 
 
 def test_missing_paths_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -177,6 +184,7 @@ def test_a_stored_graph_keeps_its_host_ints(tmp_path: Path) -> None:
         results = [(loaded(x, 3), first(x, 3)) for _ in range(3)]
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before
     assert loaded.cache_info()["hits"] == 3 and loaded.cache_info()["compiled"] == 0
+    assert pickled_graph_bytes(loaded) == 0  # unpickled once, at the first call
     for (got, got_n), (want, want_n) in results:
         assert torch.equal(got, want) and got_n == want_n == 4
     [path] = tmp_path.rglob("compiled_module")

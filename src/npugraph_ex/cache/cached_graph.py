@@ -11,6 +11,7 @@ evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +42,7 @@ class CachedGraph:
     def __init__(
         self, record: GraphRecord, config: Config, call: Callable[[list[Any]], Any] | None = None
     ):
-        self.record = record
+        self.record = record if call is None else without_graph(record)
         self.config = config
         self.call = call
         self.clauses: dict[int, list[tuple[str, Any]]] = {}
@@ -74,6 +75,7 @@ class CachedGraph:
             original,
         )
         call = build_graph_callable(lowered, self.config)
+        self.record = without_graph(record)
         self.build_seconds = time.perf_counter() - started
         return call
 
@@ -126,6 +128,11 @@ class CachedGraph:
                 raise Misfit(
                     f"{names[i]} shares memory with {names[owner]}, which the graph writes"
                 )
+
+
+def without_graph(record: GraphRecord) -> GraphRecord:
+    """``record`` without its pickled graphs, once a capture manager exists for them."""
+    return dataclasses.replace(record, graph=b"", original=None)
 
 
 def output_value(entry: tuple[Any, ...], outputs: list[Any], args: Sequence[Any]) -> Any:

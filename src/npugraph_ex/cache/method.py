@@ -57,7 +57,7 @@ class Variant:
     variant this process compiled and stored, are the callables its compile built."""
 
     def __init__(self, record: VariantRecord, config: Config, calls: list[Any] | None = None):
-        self.record = record
+        self.frame = record.frame
         calls = calls or [None] * len(record.graphs)
         self.graphs = [
             CachedGraph(graph, config, call)
@@ -67,7 +67,7 @@ class Variant:
 
     def __call__(self, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.function is None:
-            self.function = bind_frame(self.record.frame, method.__func__, self.graphs)
+            self.function = bind_frame(self.frame, method.__func__, self.graphs)
         return self.function(method.__self__, *args, **kwargs)
 
 
