@@ -4,13 +4,15 @@
 
 ``same_order`` calls an all_reduce then an all_gather on every rank. ``crossed`` does so on rank
 0 and the other way round elsewhere: run as is, each rank would wait in a collective the other
-never calls. Both are compiled with ``deadlock_check=True``.
+never calls. ``alone`` is compiled on rank 0 only, with the group's store timeout cut to 3 s:
+its check waits for a rank that never comes. All are compiled with ``deadlock_check=True``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -64,6 +66,16 @@ def main() -> None:
                 report[fn.__name__] = {"ok": bool(torch.equal(got, fn(torch.ones(2, 4))))}
             except Exception as error:
                 report[fn.__name__] = {"error": type(error).__name__, "message": str(error)}
+    report["alone"] = "skipped"
+    if rank == 0:
+        dist.distributed_c10d._get_default_store().set_timeout(timedelta(seconds=3))
+        torch._dynamo.reset()
+        alone = torch.compile(same_order, backend="npugraph_ex", fullgraph=True, options=options)
+        try:
+            alone(torch.ones(2, 4))
+            report["alone"] = "ran"
+        except Exception as error:
+            report["alone"] = {"error": type(error).__name__, "message": str(error)}
     report["log"] = [m for m in messages.messages if "deadlock_check" in m]
     dist.destroy_process_group()
     print(json.dumps(report))

@@ -158,7 +158,8 @@ def line_in(script: Path, function: str, code: str) -> int:
 
 def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
     """Rank 0 reduces then gathers, rank 1 gathers then reduces: each rank fails at compile time,
-    naming both calls where the model makes them; the same order passes and says so."""
+    naming both calls where the model makes them; the same order passes and says so. A check no
+    other rank reaches fails after the group's timeout, naming the ranks it waited for."""
     reports = run_ranks(DEADLOCK)
     for rank, report in enumerate(reports):
         other = 1 - rank
@@ -178,6 +179,16 @@ def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
             f'File "{DEADLOCK}", line {gather_at}, in gather_then_reduce: '
             "dist.all_gather_into_tensor(out, y)",
         }
+        alone = report["alone"]
+        if rank == 1:
+            assert alone == "skipped"
+        else:
+            assert alone["error"] == "BackendCompilerFailed"
+            assert (
+                "DeadlockRiskError: deadlock_check: graph[0/0]: rank(s) [1] did not reach this "
+                "graph's check within the process group's timeout (0:00:03): they compiled no "
+                "graph with collectives at this point, or failed before it."
+            ) in alone["message"]
         assert (
             f"DeadlockRiskError: deadlock_check: graph[0/0]: collective 0 differs between rank "
             f"{rank} and rank {other}: rank {rank} calls {calls[rank]}, rank {other} calls "

@@ -8,6 +8,12 @@ and before anything of it runs, gathers every rank's list of collectives (op, gr
 shapes, source line) and compares them in order. A difference raises :class:`DeadlockRiskError`
 on every rank, naming the first pair that differs; else one log line says "no deadlock risk".
 
+The lists travel through the process group's store, not through a collective: the check takes no
+place in the group's sequence of collectives (a rank that compiles while another runs a graph
+would otherwise pair the check's gather with that graph's collective), and a rank that never
+reaches the check is an error after the group's timeout, naming it, not a hang. The n-th check
+of each rank meets the n-th of the others.
+
 Stream blocks cannot reorder a rank's collectives: ``plan_streams`` joins a block before the next
 collective of the same group, so the program order compared here is the order each rank issues
 them in. Circular waits between stream blocks are refused for every graph when it is built
@@ -16,7 +22,9 @@ them in. Circular waits between stream blocks are refused for every graph when i
 
 from __future__ import annotations
 
+import itertools
 import logging
+import pickle
 from typing import Any
 
 import torch
@@ -28,6 +36,9 @@ from npugraph_ex.schemas import is_collective
 from npugraph_ex.scope.ops import STREAM, scopes_in
 
 log = logging.getLogger(__name__)
+
+EXCHANGES = itertools.count()
+"""Checks this process has made with collectives to compare (the key of each exchange)."""
 
 Collective = tuple[str, str, str, str]
 """What must agree across ranks (op, group, other arguments, input layout), and the source."""
@@ -68,11 +79,7 @@ def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
         )
     if not mine or not (dist.is_available() and dist.is_initialized()):
         return
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    everyone: list[Any] = [None] * dist.get_world_size()
-    with unset_fake_temporarily():  # a backend compiles under the trace's fake mode
-        dist.all_gather_object(everyone, mine)
+    everyone = exchanged(mine, graph_name)
     rank = dist.get_rank()
     for other, theirs in enumerate(everyone):
         if other != rank and theirs != mine:
@@ -84,6 +91,27 @@ def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
         len(mine),
         len(everyone),
     )
+
+
+def exchanged(mine: list[Any], graph_name: str) -> list[Any]:
+    """Every rank's list, this rank's included, through the default process group's store."""
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    prefix = f"npugraph_ex/deadlock_check/{next(EXCHANGES)}/"
+    keys = [f"{prefix}{rank}" for rank in range(dist.get_world_size())]
+    store.set(keys[dist.get_rank()], pickle.dumps(mine))
+    try:
+        store.wait(keys)
+    except RuntimeError as error:  # the store's timeout: the process group's
+        missing = [rank for rank, key in enumerate(keys) if not store.check([key])]
+        raise DeadlockRiskError(
+            f"deadlock_check: {graph_name}: rank(s) {missing} did not reach this graph's check "
+            f"within the process group's timeout ({store.timeout}): they compiled no graph "
+            "with collectives at this point, or failed before it. Make every rank compile the "
+            "same graphs (no rank-dependent code around the compiled function)."
+        ) from error
+    return [pickle.loads(store.get(key)) for key in keys]
 
 
 def first_difference(
