@@ -21,8 +21,10 @@ PALETTE = (
     "#d62728",
     "#9467bd",
     "#8c564b",
+    "#e377c2",
+    "#17becf",
 )
-"""Bar colours in variant order; the first (grey) is the baseline's."""
+"""Bar colours in variant order, one per variant; the first (grey) is the baseline's."""
 
 LONG_LABELS = 32
 """Bar labels longer than this in total are slanted so that neighbours do not overlap."""
@@ -51,6 +53,10 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     return at(0.25), at(0.5), at(0.75)
 
 
+SHORT_BAR = 0.25
+"""Bars below this fraction of the panel's height are labelled above, not inside."""
+
+
 def draw_panel(ax: Any, panel: Panel, unit: str, ylabel: str) -> None:
     """Bars with interquartile whiskers on the matplotlib axes ``ax``, labelled in ``unit``."""
     names = list(panel.times)
@@ -62,13 +68,15 @@ def draw_panel(ax: Any, panel: Panel, unit: str, ylabel: str) -> None:
     error_kw = {"elinewidth": 1, "ecolor": "#333333", "capsize": 4}
     bars = ax.bar(names, mids, color=colours, yerr=[low, high], error_kw=error_kw)
     top = max(m + h for m, h in zip(mids, high, strict=True))
-    for bar, mid in zip(bars, mids, strict=True):
+    for bar, mid, above in zip(bars, mids, high, strict=True):
+        # A bar too short for its label gets the label above its whisker, not over the bar.
+        short = mid < top * SHORT_BAR
         ax.text(
             bar.get_x() + bar.get_width() / 2,
-            mid / 2,
+            mid + above + top * 0.02 if short else mid / 2,
             f"{mid:.2f} {unit}\n{mids[0] / mid:.2f}x",
             ha="center",
-            va="center",
+            va="bottom" if short else "center",
             fontsize=9,
             color="black",
             bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.8, "lw": 0},
