@@ -108,7 +108,7 @@ VARIANTS: dict[str, Variant] = {
 
 BASELINE = "eager"
 
-CACHED = ("npugraph_ex+cache_compile", "npugraph_ex+static_kernels+cache_compile")
+CACHED = tuple(name for name, variant in VARIANTS.items() if variant.cached)
 """The variants compiled through ``cache_compile``: the call as a served model makes it."""
 
 DEFAULTS: dict[str, tuple[str, ...]] = {
