@@ -16,6 +16,7 @@ import torch.fx
 
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.deadlock import check_collective_order
+from npugraph_ex.capture.host_copies import copy_host_scalars_without_blocking
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
@@ -109,6 +110,7 @@ def lower_graph(
         example_inputs = host.example_inputs(example_inputs)
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
+    copy_host_scalars_without_blocking(gm, facts)
     return LoweredGraph(gm, facts, host, list(passes.failed), name, original)
 
 

@@ -126,18 +126,58 @@ def uncapturable_op(node: torch.fx.Node) -> str | None:
     return None
 
 
-def find_blocker(gm: torch.fx.GraphModule, device_type: str) -> str | None:
+COPY_TARGETS = frozenset(
+    [
+        torch.ops.aten._to_copy.default,
+        torch.ops.aten.copy.default,
+        torch.ops.aten.copy_.default,
+        torch.ops.aten._copy_from.default,
+        torch.ops.prims.device_put.default,
+    ]
+)
+"""Ops that move bytes between devices (a host-to-device copy is a memcpy, not a scalar)."""
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    return [v for v in torch.utils._pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def host_side_hazard(node: torch.fx.Node, host_scalars: Sequence[torch.fx.Node]) -> str | None:
+    """Why this node's CPU tensors cannot live in a device graph, or None.
+
+    CPU ops run while a device graph is captured and never when it replays: their results are
+    constants of the capture. That is right for CPU tensors made from the key's own values (ints,
+    host scalar inputs, constants), such as a 0-d tensor a kernel reads as a scalar. It is wrong
+    for a copy from the device (its value is data), and a copy to the device of a tensor the graph
+    made on the CPU fails while capturing (its memory is not pinned; host scalar inputs are
+    staged in pinned memory, so their copies are captured).
+    """
+    outputs = tensors_in(fake_value(node))
+    reads = {arg: tensors_in(fake_value(arg)) for arg in node.all_input_nodes}
+    read = [t for values in reads.values() for t in values]
+    if any(t.device.type == "cpu" for t in outputs) and any(t.device.type != "cpu" for t in read):
+        return "device-to-host copy"
+    if not any(t.device.type != "cpu" for t in outputs):
+        return None
+    cpu_sources = [a for a, values in reads.items() if any(t.device.type == "cpu" for t in values)]
+    if node.target in COPY_TARGETS and any(arg not in host_scalars for arg in cpu_sources):
+        return "host-to-device copy of a tensor made on the CPU inside the graph"
+    if any(t.device.type == "cpu" and t.dim() > 0 for t in read):
+        return "CPU tensor read by a device kernel"
+    return None
+
+
+def find_blocker(
+    gm: torch.fx.GraphModule, device_type: str, host_scalar_indices: Sequence[int] = ()
+) -> str | None:
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    host_scalars = [placeholders[i] for i in host_scalar_indices]
     for node in gm.graph.nodes:
-        if reason := uncapturable_op(node):
+        reason = uncapturable_op(node)
+        if reason is None and device_type != "cpu" and node.op == "call_function":
+            reason = host_side_hazard(node, host_scalars)
+        if reason is not None:
             return f"{reason}: {node.target} ({node.name}) at {source_line(node)}"
-        if device_type == "cpu" or node.op == "placeholder":
-            continue
-        for value in torch.utils._pytree.tree_leaves(fake_value(node)):
-            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-                return (
-                    f"CPU tensor inside a {device_type} graph: {node.target} ({node.name}) "
-                    f"at {source_line(node)}"
-                )
     return None
 
 
@@ -159,19 +199,25 @@ def analyse_graph(
     if len(accelerators) > 1:
         blocker = f"tensors on several device types: {', '.join(accelerators)}"
     host_scalars = frozenset()
+    mutated = mutated_inputs(gm.graph)
     if device_type != "cpu":
         host_scalars = frozenset(i for i, v in enumerate(values) if is_host_scalar(v))
         for index, value in enumerate(values):
             is_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
-            if is_cpu and index not in host_scalars and blocker is None:
-                blocker = f"CPU tensor input {placeholders[index].name} in a {device_type} graph"
+            if not is_cpu or blocker is not None:
+                continue
+            name = placeholders[index].name
+            if index in mutated:
+                blocker = f"the graph writes CPU tensor input {name}, which a replay would not"
+            elif index not in host_scalars:
+                blocker = f"CPU tensor input {name} in a {device_type} graph"
     tokens = effect_tokens(gm.graph)
     return GraphFacts(
         device_type=device_type,
         static_indices=frozenset(static_indices),
-        mutated_indices=mutated_inputs(gm.graph),
+        mutated_indices=mutated,
         host_scalar_indices=host_scalars,
-        blocker=blocker or find_blocker(gm, device_type),
+        blocker=blocker or find_blocker(gm, device_type, sorted(host_scalars)),
         token_indices=tokens,
         tensor_indices=frozenset(
             i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and i not in tokens

@@ -7,7 +7,8 @@ Each input of the optimised graph has one role, fixed when the graph is compiled
 - ``mutated``: inputs the graph writes (a KV cache). Used in place so the write lands in the
   caller's tensor; shape in the key, address checked against the capture on every call.
 - ``host_scalar``: 0-d CPU tensors feeding a device graph. Their value is baked into the capture,
-  so the value is part of the key.
+  so the value is part of the key. Staged as a copy in pinned memory, from which a capture can
+  record a copy to the device (not from pageable memory).
 - ``copied``: every other tensor. Copied into a static buffer before each replay; shape and
   strides in the key.
 - ``value``: ints (sizes of dynamic dimensions), effect tokens (None at run time) and other
@@ -54,6 +55,7 @@ class InputLayout:
         tensors = facts.tensor_indices
         self.copied = tuple(sorted(tensors - roles))
         self.values = tuple(i for i in range(facts.num_inputs) if i not in roles | tensors)
+        self.pinned = facts.device_type != "cpu"
         self.keyed_addresses = () if frozen else self.static
         self.shaped = self.copied + self.mutated
         self.last_parameter_addresses: tuple[int, ...] = ()
@@ -111,6 +113,9 @@ class InputLayout:
         staged = list(args)
         for index in self.static:
             staged[index] = alias_of(args[index])
+        if self.pinned:
+            for index in self.host_scalar:
+                staged[index] = pinned_copy(args[index])
         copies = []
         for index in self.copied:
             source = args[index]
@@ -124,6 +129,14 @@ class InputLayout:
             self.interned(self.parameter_addresses(args)),
             tuple(weakref.ref(args[i]) for i in self.static),
         )
+
+
+def pinned_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of ``tensor`` in page-locked memory, or ``tensor`` where none can be had."""
+    try:
+        return torch.empty_like(tensor, pin_memory=True).copy_(tensor)
+    except RuntimeError:  # no accelerator to pin for
+        return tensor
 
 
 def addresses(args: Sequence[Any], indices: Sequence[int]) -> tuple[int, ...]:

@@ -113,6 +113,11 @@ class DeviceRuntime(ABC):
     def new_pool(self) -> Any:
         """A fresh memory pool handle for graphs that should share memory."""
 
+    def hold_pool(self, pool: Any) -> Any:
+        """Something whose life keeps ``pool`` usable by later captures, however many of the
+        graphs captured into it are released meanwhile; None where a handle is enough."""
+        return None
+
     @abstractmethod
     def accepts_pool(self, pool: Any) -> bool:
         """Whether ``pool`` is a pool handle of this device."""

@@ -13,10 +13,16 @@ earlier one freed (its intermediates), so a later capture's outputs may sit in b
 graph rewrites on every replay. Such captures therefore end with a second, tiny graph that copies
 each output storage into memory of its own, outside the pool; the pool keeps intermediates only,
 and one key's replay never touches another key's outputs.
+
+A shared pool is held by an empty graph captured into it (``hold_pool``): the allocator forgets a
+pool once every graph captured into it is released, and a capture into a forgotten pool's id
+fails an internal assertion inside ``capture_begin`` after the random-number generators entered
+capture mode, so that every later random op of the process fails.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -133,6 +139,9 @@ class StreamGraphRuntime(DeviceRuntime):
     ) -> DeviceGraph:
         # pool_bytes: what the capture newly reserved (its own pool, or growth of a shared one)
         self.module.synchronize()
+        # The capture's context empties the allocator's cache; measured after that, a capture
+        # that reserves nothing new reads 0 rather than the cache it emptied (a negative growth).
+        self.module.empty_cache()
         before = self.module.memory_reserved()
         graph = self.graph_class()
         context = self.graph_context(graph, pool=pool, capture_error_mode=capture_error_mode)
@@ -149,12 +158,20 @@ class StreamGraphRuntime(DeviceRuntime):
                     own.copy_(source)
             graphs.append(copier)
         self.module.synchronize()
-        grown = self.module.memory_reserved() - before
+        grown = max(self.module.memory_reserved() - before, 0)
         self.pool_growth[pool] = self.pool_growth.get(pool, 0) + grown
         return DeviceGraph(graphs, outputs, grown)
 
     def new_pool(self) -> Any:
         return self.module.graph_pool_handle()
+
+    def hold_pool(self, pool: Any) -> Any:
+        anchor = self.graph_class()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an empty capture warns that it is empty
+            with self.graph_context(anchor, pool=pool, capture_error_mode="thread_local"):
+                pass
+        return anchor
 
     def accepts_pool(self, pool: Any) -> bool:
         return isinstance(pool, tuple) and len(pool) == 2
