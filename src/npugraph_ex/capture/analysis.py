@@ -126,15 +126,17 @@ def uncapturable_op(node: torch.fx.Node) -> str | None:
     return None
 
 
-COPY_TARGETS = frozenset(
-    [
-        torch.ops.aten._to_copy.default,
-        torch.ops.aten.copy.default,
-        torch.ops.aten.copy_.default,
-        torch.ops.aten._copy_from.default,
-        torch.ops.prims.device_put.default,
-    ]
-)
+NON_BLOCKING_COPIES = {
+    torch.ops.aten._to_copy.default: 0,
+    torch.ops.aten.copy.default: 1,
+    torch.ops.aten.copy_.default: 1,
+}
+"""Copy ops with a ``non_blocking`` argument, and the position of their source."""
+
+COPY_TARGETS = frozenset(NON_BLOCKING_COPIES) | {
+    torch.ops.aten._copy_from.default,
+    torch.ops.prims.device_put.default,
+}
 """Ops that move bytes between devices (a host-to-device copy is a memcpy, not a scalar)."""
 
 

@@ -11,14 +11,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from npugraph_ex.capture.analysis import GraphFacts
-
-SOURCE_POSITION = {
-    torch.ops.aten._to_copy.default: 0,
-    torch.ops.aten.copy.default: 1,
-    torch.ops.aten.copy_.default: 1,
-}
-"""Copy ops with a ``non_blocking`` argument, and where their source sits."""
+from npugraph_ex.capture.analysis import NON_BLOCKING_COPIES, GraphFacts
 
 
 def copy_host_scalars_without_blocking(gm: torch.fx.GraphModule, facts: GraphFacts) -> int:
@@ -29,7 +22,7 @@ def copy_host_scalars_without_blocking(gm: torch.fx.GraphModule, facts: GraphFac
     hosts = {placeholders[i] for i in facts.host_scalar_indices}
     changed = 0
     for node in gm.graph.nodes:
-        position = SOURCE_POSITION.get(node.target)
+        position = NON_BLOCKING_COPIES.get(node.target)
         if position is None or len(node.args) <= position or node.args[position] not in hosts:
             continue
         if not node.kwargs.get("non_blocking", False):
