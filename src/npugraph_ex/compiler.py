@@ -17,6 +17,7 @@ import torch.fx
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.deadlock import check_collective_order
 from npugraph_ex.capture.host_copies import copy_host_scalars_without_blocking
+from npugraph_ex.capture.key_shapes import KeySpecialiser, RowPlan
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
@@ -82,6 +83,8 @@ class LoweredGraph:
     original: torch.fx.GraphModule | None = None
     """The graph before the passes, kept where its tensors are dumped
     (``data_dump_stage="original"``)."""
+    rows: RowPlan | None = None
+    """Where its products' symbolic row counts come from, if it has any (``key_shapes``)."""
 
     @property
     def call_inputs(self) -> int:
@@ -111,7 +114,8 @@ def lower_graph(
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     copy_host_scalars_without_blocking(gm, facts)
-    return LoweredGraph(gm, facts, host, list(passes.failed), name, original)
+    rows = RowPlan.of(gm)
+    return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows)
 
 
 def compile_graph(
@@ -128,6 +132,21 @@ def compile_graph(
     if on_lowered is not None:
         on_lowered(lowered, call)
     return call
+
+
+def key_specialiser(lowered: LoweredGraph, config: Config) -> KeySpecialiser | None:
+    """What re-traces the few-row keys of a CPU graph with symbolic sizes, where the capture
+    patterns ran on it (``capture/key_shapes.py``)."""
+    skipped = {*config.disabled_passes, *lowered.failed_passes}
+    if (
+        lowered.rows is None
+        or lowered.facts.device_type != "cpu"
+        or config.static_kernel_compile
+        or not config.pattern_fusion_pass
+        or "pattern_fusion_pass" in skipped
+    ):
+        return None
+    return KeySpecialiser(lowered.gm, lowered.rows, lowered.name, kept=config.capture_limit)
 
 
 def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:
@@ -151,6 +170,7 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         runtime,
         name=lowered.name,
         kernels=kernels,
+        specialiser=key_specialiser(lowered, config),
         dumper=dumper if lowered.original is None else None,
     )
     manager.stats.failed_passes.update(lowered.failed_passes)

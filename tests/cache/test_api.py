@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import npugraph_ex.inference
+from helpers import intra_op_threads
 from models import make_mlp
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.errors import ConfigError, ConfigTypeError
+from npugraph_ex.passes.patterns import row_products
 from npugraph_ex.torchair_compat import CompilerConfig
 
 
@@ -223,3 +225,38 @@ def test_a_stored_graph_keeps_its_stream_joins(tmp_path: Path) -> None:
     [variant] = pickle.loads(read_entry(path)[1])
     [graph] = variant.graphs
     assert graph.graph.count(b"stream_join") >= 1  # the pickled graph names the op it calls
+
+
+class Projection(torch.nn.Module):
+    """One linear layer the few-row split takes (a 256 x 128 weight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(128, 256, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    torch.manual_seed(0)
+    first, second = Projection(), Projection()
+    second.load_state_dict(first.state_dict())
+    with torch.no_grad(), intra_op_threads(2):
+        stored = npugraph_ex.inference.cache_compile(
+            first.forward, cache_dir=tmp_path, dynamic=True
+        )
+        stored(torch.randn(3, 128))
+        loaded = npugraph_ex.inference.cache_compile(
+            second.forward, cache_dir=tmp_path, dynamic=True
+        )
+        before = live_graph_numbers()
+        for rows in (4, 5, 12):
+            x = torch.randn(rows, 128)
+            torch.testing.assert_close(loaded(x), first(x), rtol=1e-5, atol=1e-5)
+    assert loaded.cache_info()["compiled"] == 0
+    (manager,) = managers_since(before)
+    assert manager.stats.key_specialisation == {"specialised": 2}

@@ -73,6 +73,7 @@ class CachedGraph:
             record.failed_passes,
             record.name,
             original,
+            record.rows,
         )
         call = build_graph_callable(lowered, self.config)
         self.record = without_graph(record)

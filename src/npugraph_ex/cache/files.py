@@ -30,7 +30,7 @@ from typing import Any
 from npugraph_ex.errors import NpuGraphExError
 
 MAGIC = b"NPUGRAPH_EX_CACHE\n"
-FORMAT = 2
+FORMAT = 3
 """Version of the file layout and of the records in the payload; another version is rebuilt."""
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.capture.key_shapes import RowPlan
 from npugraph_ex.compiler import LoweredGraph
 from npugraph_ex.debug.dump import ORIGIN
 from npugraph_ex.passes.manager import copy_of
@@ -61,6 +62,9 @@ class GraphRecord:
     nodes: int = 0
     input_names: list[str] = field(default_factory=list)
     """Where Dynamo took each input from (``L['x']``, ``L['x'].size()[0]``), for messages."""
+    rows: RowPlan | None = None
+    """Where the graph's products' symbolic row counts come from (read from the fake values
+    the stored graph no longer has)."""
 
 
 class GraphRecorder:
@@ -109,6 +113,7 @@ class GraphRecorder:
             mutated=[i for i, info in enumerate(metadata.input_info) if info.mutates_data],
             nodes=len(lowered.gm.graph.nodes),
             input_names=self.input_names,
+            rows=lowered.rows,
         )
 
     def finish(self) -> GraphRecord | None:

@@ -24,6 +24,7 @@ import torch.fx
 
 from npugraph_ex.capture import inputs as io
 from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.capture.key_shapes import KeySpecialiser
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, write_capture_summary
@@ -124,11 +125,14 @@ class CaptureManager:
         *,
         name: str,
         kernels: Any = None,
+        specialiser: KeySpecialiser | None = None,
         dumper: TensorDumper | None = None,
     ):
         self.fn = fn
         self.kernels = kernels
         """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` per new key."""
+        self.specialiser = specialiser
+        """For a CPU graph with symbolic sizes: the graph a key captures with its own sizes."""
         self.dumper = dumper
         """With ``dump_tensor_data`` on the optimised graph: which calls to dump, and where."""
         self.facts = facts
@@ -155,7 +159,8 @@ class CaptureManager:
 
     def run(self, args: list[Any]) -> list[Any]:
         if self.config.force_eager:
-            return self.run_eager(args, "force_eager")
+            # What a capture of these sizes would replay (``key_shapes``), run eagerly.
+            return self.run_eager(args, "force_eager", self.graph_for(args))
         if self.blocker is not None:
             if self.config.strict_capture:
                 raise self.strict_error()
@@ -262,9 +267,20 @@ class CaptureManager:
         pools = {id(e.pool): e.pool for e in self.entries.values()}
         return {key: self.runtime.pool_bytes(pool) for key, pool in pools.items()}
 
-    def run_eager(self, args: Sequence[Any], reason: str) -> list[Any]:
+    def graph_for(self, args: Sequence[Any]) -> Callable[..., Any]:
+        """The graph for ``args``' sizes: the one re-traced with them where the specialiser
+        makes one, else the graph as compiled."""
+        if self.specialiser is None:
+            return self.fn
+        specialised = self.specialiser.graph_for(args, self.stats.key_specialisation)
+        return self.fn if specialised is None else specialised
+
+    def run_eager(
+        self, args: Sequence[Any], reason: str, fn: Callable[..., Any] | None = None
+    ) -> list[Any]:
+        """Run ``fn`` (by default the graph as compiled) on ``args``, counted under ``reason``."""
         self.stats.eager_calls[reason] += 1
-        return as_output_list(self.fn(*args))
+        return as_output_list((fn or self.fn)(*args))
 
     def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
         old = self.entries.pop(key, None)
@@ -358,7 +374,9 @@ class CaptureManager:
         A key whose kernels fail to compile captures the ATen graph instead, and says why once.
         """
         if self.kernels is None:
-            return (WatchedRun(self.fn) if self.watches else self.fn), self.runtime.capture
+            if self.watches:
+                return WatchedRun(self.fn), self.runtime.capture
+            return self.graph_for(args), self.runtime.capture
         try:
             fn, outcome = self.kernels.compile(args)
         except Exception as error:  # Inductor may fail on any op; the ATen graph still works

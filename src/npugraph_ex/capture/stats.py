@@ -33,6 +33,10 @@ class GraphStats:
     """With ``static_kernel_compile``: captures whose kernels were ``compiled``, loaded on a
     ``cache_hit``, ``reused`` from an earlier capture of the same shapes (a recapture), or
     ``failed`` to compile (those capture the ATen graph instead)."""
+    key_specialisation: Counter = field(default_factory=Counter)
+    """Keys of a graph with symbolic sizes that captured it re-traced with their own sizes
+    (``specialised``: a size-dependent rewrite applied), or whose re-trace ``failed`` (those
+    capture the symbolic graph; ``capture/key_shapes.py``)."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per live key (labelled by its shapes and values): replays, kernels per replay, and
     ``pool_bytes``, the bytes that key needs in its pool."""
@@ -52,6 +56,7 @@ class GraphStats:
             "failed_passes": dict(self.failed_passes),
             "capture_seconds": round(self.capture_seconds, 6),
             "static_kernels": dict(self.static_kernels),
+            "key_specialisation": dict(self.key_specialisation),
             "live_keys": len(self.keys),
             "pool_bytes": sum(self.pools().values()),
             "pools": len(self.pools()),

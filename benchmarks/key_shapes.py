@@ -1,0 +1,142 @@
+"""What re-tracing few-row keys with their own sizes buys a graph compiled with ``dynamic=True``.
+
+The tiny Qwen3 without a KV cache, called on every length of ``--lengths`` (the growing loop's
+shapes: a sequence of one prompt, one token longer each call) and, one token per sequence, on
+every batch size of ``--batches`` (a decode step whose batch varies). Each is compiled once with
+``dynamic=True`` and every shape captured once; then, interleaved, eager, npugraph_ex (few-row
+keys specialised, ``capture/key_shapes.py``) and npugraph_ex with every key on the symbolic graph
+(the specialiser switched off for that compile) run every shape ``--calls`` times per repeat.
+Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
+
+    python benchmarks/key_shapes.py
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    add_common_args,
+    apply_threads,
+    environment,
+    environment_line,
+    format_table,
+    median,
+    settings_of,
+    time_calls,
+    write_json,
+)
+
+from npugraph_ex import compiler
+from npugraph_ex.bench.presets import build_qwen3
+from npugraph_ex.bench.variants import own_code
+from npugraph_ex.passes.patterns.row_products import MAX_ROWS
+
+NAME = "key_shapes"
+VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys symbolic")
+
+
+def compiled(step: Callable[..., Any], specialise: bool) -> Callable[..., Any]:
+    tag = "specialised" if specialise else "symbolic"
+    fn = torch.compile(
+        own_code(step, tag), backend="npugraph_ex", dynamic=True, options={"capture_limit": 256}
+    )
+    if specialise:
+        return fn
+    made = compiler.key_specialiser
+
+    def without_specialiser(*args: Any) -> Any:
+        compiler.key_specialiser = lambda lowered, config: None
+        try:
+            return fn(*args)
+        finally:
+            compiler.key_specialiser = made
+
+    return without_specialiser
+
+
+def measure(
+    step: Callable[[torch.Tensor], Any],
+    inputs: dict[int, torch.Tensor],
+    repeats: int,
+    calls: int,
+) -> dict[str, dict[int, float]]:
+    """Seconds per call of each variant on each input, median of ``repeats`` interleaved rounds
+    (every variant's first call of every input, compile and capture, comes first, untimed)."""
+    fns = {
+        "eager": step,
+        "npugraph_ex": compiled(step, specialise=True),
+        "npugraph_ex, keys symbolic": compiled(step, specialise=False),
+    }
+    for fn in fns.values():
+        for x in inputs.values():
+            fn(x)
+    times: dict[str, dict[int, list[float]]] = {v: {k: [] for k in inputs} for v in fns}
+    for _ in range(repeats):
+        for variant, fn in fns.items():
+            for size, x in inputs.items():
+                times[variant][size].append(time_calls(lambda f=fn, a=x: f(a), calls))
+    return {v: {k: median(t) for k, t in per.items()} for v, per in times.items()}
+
+
+def bands(sizes: list[int]) -> list[tuple[str, list[int]]]:
+    """The sizes the split reaches (up to ``MAX_ROWS``), the rest, and all."""
+    few = [s for s in sizes if s <= MAX_ROWS]
+    rest = [s for s in sizes if s > MAX_ROWS]
+    named = [(f"{few[0]}-{few[-1]}", few)] if few else []
+    named += [(f"{rest[0]}-{rest[-1]}", rest)] if rest else []
+    return [*named, ("all", sizes)] if len(named) > 1 else named
+
+
+def table(title: str, seconds: dict[str, dict[int, float]]) -> str:
+    sizes = sorted(seconds["eager"])
+    rows = []
+    for band, members in bands(sizes):
+        total = {v: sum(seconds[v][s] for s in members) for v in VARIANTS}
+        cells = [band, *(f"{total[v] / len(members) * 1e3:.2f}" for v in VARIANTS)]
+        cells += [f"{total['eager'] / total[v]:.2f}x" for v in VARIANTS[1:]]
+        rows.append(cells)
+    headers = [title, *(f"{v} ms" for v in VARIANTS), *(f"{v} speed-up" for v in VARIANTS[1:])]
+    return format_table(headers, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs=2, default=[4, 35], metavar=("FIRST", "LAST"))
+    parser.add_argument("--batches", type=int, nargs=2, default=[2, 12], metavar=("FIRST", "LAST"))
+    parser.add_argument("--calls", type=int, default=5, help="calls per shape per repeat")
+    add_common_args(parser, NAME, repeats=7)
+    args = parser.parse_args()
+    apply_threads(args.threads)
+    model = build_qwen3("tiny", seed=0).eval()
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, use_cache=False).logits
+
+    def ids(shape: tuple[int, int]) -> torch.Tensor:
+        return torch.randint(0, vocab, shape, generator=generator)
+
+    first, last = args.lengths
+    lengths = {n: ids((1, n)) for n in range(first, last + 1)}
+    first, last = args.batches
+    batches = {n: ids((n, 1)) for n in range(first, last + 1)}
+    print(environment_line(environment()))
+    results = {}
+    with torch.no_grad():
+        for name, inputs, title in (
+            ("lengths", lengths, "sequence length"),
+            ("batches", batches, "batch (one token each)"),
+        ):
+            torch._dynamo.reset()
+            results[name] = measure(forward, inputs, args.repeats, args.calls)
+            print(f"\n{table(title, results[name])}")
+    write_json(args.out, NAME, settings_of(args), results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Keys of a graph with symbolic sizes get the rewrites that need constant sizes: a key whose
+products have few rows captures the graph re-traced with its sizes, the few-row split applied."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import npugraph_ex
+from helpers import intra_op_threads
+from models import make_tiny_qwen3
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+from npugraph_ex.bench.presets import QWEN3_PRESETS
+from npugraph_ex.capture import key_shapes
+from npugraph_ex.passes.patterns import row_products
+
+MM, BMM = "aten.mm.out", "aten.bmm.out"
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+"""The split sums each dot product in another kernel, perhaps in another order."""
+WEIGHT = (256, 128)
+"""The smallest weight the split takes (``MIN_WEIGHT_ELEMENTS``)."""
+
+
+@pytest.fixture
+def split_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Two intra-op threads, on a host where the split pays (whatever this one says)."""
+    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    torch._dynamo.reset()
+    with intra_op_threads(2):
+        yield
+
+
+def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()
+
+
+def ops_by_key(before: set[int]) -> dict[str, set[str]]:
+    """The ATen ops each captured key replays (their ``out=`` overloads), by key label, over the
+    graphs made since."""
+    return {
+        entry.label: set(entry.graph.step_names)
+        for manager in managers_since(before)
+        for entry in manager.entries.values()
+    }
+
+
+def specialisation_counts() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for graph in npugraph_ex.stats()["graphs"]:
+        for outcome, n in graph["key_specialisation"].items():
+            counts[outcome] = counts.get(outcome, 0) + n
+    return counts
+
+
+@torch.no_grad()
+def test_a_few_row_key_of_a_dynamic_graph_replays_the_split_product(split_threads) -> None:
+    before = live_graph_numbers()
+    npugraph_ex.reset_stats()
+    compiled = torch.compile(product, backend="npugraph_ex", dynamic=True, fullgraph=True)
+    w = torch.randn(*WEIGHT)
+    for rows in (3, 12, 3, 12):  # a capture of each, then a replay of each
+        x = torch.randn(rows, 128)
+        got = compiled(x, w)
+        torch.testing.assert_close(got, product(x, w), **TOLERANCE)
+        assert got.is_contiguous()
+    keys = ops_by_key(before)
+    (few,) = (ops for label, ops in keys.items() if "3x128" in label)
+    (many,) = (ops for label, ops in keys.items() if "12x128" in label)
+    assert BMM in few and MM not in few
+    assert MM in many and BMM not in many
+    assert specialisation_counts() == {"specialised": 1}
+    assert npugraph_ex.stats()["totals"]["replays"] == 2
+
+
+@torch.no_grad()
+def test_force_eager_runs_what_the_key_replays(split_threads) -> None:
+    w = torch.randn(*WEIGHT)
+    replayed = torch.compile(product, backend="npugraph_ex", dynamic=True)
+    reference = torch.compile(
+        product, backend="npugraph_ex", dynamic=True, options={"force_eager": True}
+    )
+    npugraph_ex.reset_stats()
+    for rows in (3, 5, 3):
+        x = torch.randn(rows, 128)
+        assert torch.equal(replayed(x, w), reference(x, w))
+    assert specialisation_counts() == {"specialised": 4}
+    assert npugraph_ex.stats()["totals"]["eager_calls"] == 3
+
+
+@torch.no_grad()
+def test_keys_with_many_rows_or_a_static_graph_are_not_re_traced(
+    split_threads, monkeypatch
+) -> None:
+    def never(*args):  # noqa: ANN002, ANN202
+        raise AssertionError("re-traced a key that has nothing to rewrite")
+
+    monkeypatch.setattr(key_shapes, "rewritten_for", never)
+    npugraph_ex.reset_stats()
+    w = torch.randn(*WEIGHT)
+    dynamic = torch.compile(product, backend="npugraph_ex", dynamic=True)
+    static = torch.compile(product, backend="npugraph_ex", dynamic=False)
+    without_patterns = torch.compile(
+        product,
+        backend="npugraph_ex",
+        dynamic=True,
+        options={"disabled_passes": ["pattern_fusion_pass"]},
+    )
+    for rows in (12, 40):
+        dynamic(torch.randn(rows, 128), w)
+    static(torch.randn(3, 128), w)
+    for rows in (3, 5):
+        without_patterns(torch.randn(rows, 128), w)
+    assert specialisation_counts() == {}
+    assert npugraph_ex.stats()["totals"]["captures"] == 5
+
+
+@torch.no_grad()
+def test_a_key_whose_re_trace_fails_captures_the_symbolic_graph(
+    split_threads, monkeypatch, caplog
+) -> None:
+    def fails(*args):  # noqa: ANN002, ANN202
+        raise RuntimeError("cannot re-trace\nsecond line")
+
+    monkeypatch.setattr(key_shapes, "rewritten_for", fails)
+    before = live_graph_numbers()
+    npugraph_ex.reset_stats()
+    compiled = torch.compile(product, backend="npugraph_ex", dynamic=True)
+    w = torch.randn(*WEIGHT)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for rows in (3, 5, 3):
+            x = torch.randn(rows, 128)
+            assert torch.equal(compiled(x, w), product(x, w))
+    warnings = [r.getMessage() for r in caplog.records if "re-tracing a key" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].endswith(
+        "re-tracing a key with its sizes failed (RuntimeError: cannot re-trace); it captures "
+        "the graph with symbolic sizes"
+    )
+    assert specialisation_counts() == {"failed": 2}
+    assert all(MM in ops for ops in ops_by_key(before).values())
+    assert npugraph_ex.stats()["totals"]["replays"] == 1
+
+
+@torch.no_grad()
+def test_a_generation_without_a_cache_splits_its_short_lengths(split_threads) -> None:
+    pytest.importorskip("transformers")
+    sizes = {**QWEN3_PRESETS["tiny"], "num_hidden_layers": 2}
+    model = make_tiny_qwen3(**sizes)
+
+    def step(ids):  # noqa: ANN001, ANN202
+        return model(input_ids=ids, use_cache=False).logits
+
+    before = live_graph_numbers()
+    npugraph_ex.reset_stats()
+    compiled = torch.compile(step, backend="npugraph_ex", dynamic=True)
+    ids = eager_ids = torch.tensor([[1, 2, 3]])
+    for _ in range(8):  # lengths 3 to 10: 3 to 8 are split
+        logits, expected = compiled(ids), step(eager_ids)
+        torch.testing.assert_close(logits, expected, **TOLERANCE)
+        picked, eager_picked = logits[:, -1:].argmax(-1), expected[:, -1:].argmax(-1)
+        assert torch.equal(picked, eager_picked)
+        ids = eager_ids = torch.cat([ids, picked], dim=1)
+    assert specialisation_counts() == {"specialised": 6}
+    split_keys = [label for label, ops in ops_by_key(before).items() if MM not in ops]
+    assert len(split_keys) == 6
