@@ -135,8 +135,9 @@ def compile_graph(
 
 
 def key_specialiser(lowered: LoweredGraph, config: Config) -> KeySpecialiser | None:
-    """What re-traces the few-row keys of a CPU graph with symbolic sizes, where the capture
-    patterns ran on it (``capture/key_shapes.py``)."""
+    """What splits the few-row products of each key of a CPU graph with symbolic row counts,
+    where the capture patterns ran on it and no ``limit_core_num`` block caps its threads
+    (``capture/key_shapes.py``)."""
     skipped = {*config.disabled_passes, *lowered.failed_passes}
     if (
         lowered.rows is None
@@ -144,9 +145,10 @@ def key_specialiser(lowered: LoweredGraph, config: Config) -> KeySpecialiser | N
         or config.static_kernel_compile
         or not config.pattern_fusion_pass
         or "pattern_fusion_pass" in skipped
+        or LIMIT_CORE_NUM in scopes_in(lowered.gm.graph)
     ):
         return None
-    return KeySpecialiser(lowered.gm, lowered.rows, lowered.name, kept=config.capture_limit)
+    return KeySpecialiser(lowered.gm, lowered.rows, lowered.name)
 
 
 def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:

@@ -1,49 +1,50 @@
-"""Rewrites that need constant sizes, applied per captured key of a graph with symbolic ones.
+"""Keys of a CPU graph with symbolic sizes get the few-row split, decided on their own sizes.
 
 A graph compiled with ``dynamic=True`` holds symbolic sizes, so ``pattern_fusion_pass`` cannot
-apply the rewrites that depend on a size: the split of a product of up to ``MAX_ROWS`` rows
-over the threads (``passes/patterns/row_products.py``) needs its row count. Every captured key
-has concrete sizes. Where a key's products have few enough rows, its graph is re-traced with that
-key's sizes (every symbol a constant, as ``static_kernel_compile`` does for Inductor) and the
-capture-only patterns run on the result, which the key captures instead of the symbolic graph:
+split a product of up to ``MAX_ROWS`` rows over the threads (``passes/patterns/row_products.py``):
+it needs the row count. Every captured key has concrete sizes. Where the graph's symbolic row
+counts (``RowPlan``, read once from its fake values; the compile cache stores it) give a key a
+product of few enough rows, the key's capture runs the graph under ``SplitFewRows``, a dispatch
+mode that runs each ``mm``/``addmm`` the pattern would take as the pattern's replacement does,
+judged on the real arguments, so the recorder records the split's kernels:
 
-    graph:     %y = mm(%x, t(%w))                            x: [s0, 256]
-    key s0=4:  %y = bmm(view(%w, [2, N/2, 256]), ...)        the split, as a static graph has it
-    key s0=20: the graph as it is (nothing to rewrite: no specialisation paid)
+    graph:     %y = mm(%x, t(%w))                           x: [s0, 256]
+    key s0=4:  bmm(view(w, [2, N/2, 256]), ...), copy       the split, as a static graph has it
+    key s0=20: mm                                           the graph as it is, no mode
 
 A batch or sequence that grows one row at a time (a generation loop without a KV cache, a decode
-step over a dynamic batch) gets the same kernels for its few-row keys as a graph compiled for
-one shape. The re-trace costs a few tens of milliseconds per such key; it is paid only where a
-product's row count, read from the key's sizes, is within the split's reach (the last
-``capture_limit`` graphs made are kept, for recaptures). ``force_eager`` runs the same graph for
-each call's sizes, so it stays the reference of what a replay computes; the other eager calls
-(past ``capture_limit``, after a failed capture) run the symbolic graph. A re-trace that fails
-leaves the key on the symbolic graph (counted in ``stats()`` as ``key_specialisation["failed"]``,
-said once at WARNING).
+step over a dynamic batch) gets the kernels a graph compiled for one shape has for its few-row
+keys, for a few milliseconds per capture (the mode's Python call per op). ``force_eager`` runs
+the graph the same way for each call's sizes, so it stays the reference of what a replay
+computes; the other eager calls (past ``capture_limit``, after a failed capture) run it as it
+is. A split that raises leaves that product whole (counted in ``stats()`` as
+``key_specialisation["failed"]``, said once at WARNING). Graphs with ``limit_core_num`` blocks
+are left alone: a product's block is not known at dispatch.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.passes.graph_facts import fake_value
-from npugraph_ex.passes.patterns.row_products import MAX_ROWS
+from npugraph_ex.passes.patterns.row_products import MAX_ROWS, split_of
 
 log = logging.getLogger(__name__)
 
 PRODUCTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-"""The ops whose row count decides whether a key is worth specialising."""
+"""The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``)."""
 
 
 @dataclass(frozen=True)
@@ -126,80 +127,80 @@ def evaluate(text: str, bound: dict[str, int]) -> int | None:
     return int(value) if getattr(value, "is_integer", False) else None
 
 
-class KeySpecialiser:
-    """Per key of one symbolic CPU graph: the graph re-traced with the key's sizes and the
-    capture-only patterns applied, where some product has few enough rows to be rewritten."""
+class SplitFewRows(TorchDispatchMode):
+    """Runs ATen ops as they come, but a ``mm``/``addmm`` that the few-row split takes, judged on
+    its real arguments, runs split (``row_products.split_of``). Entered inside a capture's
+    recording mode, the recorder sees the split's kernels in place of the product."""
 
-    def __init__(self, gm: torch.fx.GraphModule, plan: RowPlan, name: str, kept: int):
-        self.gm = gm
-        self.plan = plan
+    supports_higher_order_operators = True
+
+    def __init__(self, name: str):
+        super().__init__()
         self.name = name
-        self.kept = kept
-        self.made: OrderedDict[tuple, torch.fx.GraphModule | None] = OrderedDict()
-        """The last ``kept`` graphs made, by input signature (None: nothing was rewritten, or
-        the re-trace failed)."""
+        self.split = 0
+        self.failed = 0
 
-    def graph_for(self, args: Sequence[Any], counts: Counter) -> torch.fx.GraphModule | None:
-        """The graph for ``args``' sizes in place of the symbolic one, or None to keep that one.
-
-        Each new one is counted in ``counts``: ``specialised``, or ``failed`` (said once) where
-        the re-trace raised."""
-        if not self.plan.has_few_rows(args):
-            return None
-        from npugraph_ex.kernels.static_compile import input_signature
-
-        signature = input_signature(args)
-        if signature in self.made:
-            self.made.move_to_end(signature)
-            return self.made[signature]
-        try:
-            graph = rewritten_for(self.gm, args)
-        except Exception as error:  # a re-trace may fail on any op; the symbolic graph works
-            counts["failed"] += 1
-            self.say_failed(error)
-            graph = None
-        else:
-            counts["specialised"] += graph is not None
-        self.made[signature] = graph
-        if len(self.made) > self.kept:
-            self.made.popitem(last=False)
-        return graph
-
-    def say_failed(self, error: Exception) -> None:
-        log_once(
-            log,
-            logging.WARNING,
-            ("key specialisation", id(self), type(error).__name__),
-            "npugraph_ex: %s: re-tracing a key with its sizes failed (%s: %s); it captures the "
-            "graph with symbolic sizes",
-            self.name,
-            type(error).__name__,
-            first_line(error),
-        )
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        split = None if kwargs or func not in PRODUCTS else split_of(func, args)
+        if split is not None:
+            try:
+                result = split()
+            except Exception as error:  # the product itself still runs
+                self.failed += 1
+                say_failed(self.name, error)
+            else:
+                self.split += 1
+                return result
+        return func(*args, **kwargs)
 
 
-def rewritten_for(gm: torch.fx.GraphModule, args: Sequence[Any]) -> torch.fx.GraphModule | None:
-    """``gm`` re-traced on ``args``' sizes with the capture-only patterns applied, or None if
-    none of them matched."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from npugraph_ex.kernels.static_compile import specialise
-    from npugraph_ex.passes.patterns import (
-        canonical_spellings,
-        capture_registry,
-        register_builtin_patterns,
+def say_failed(name: str, error: Exception) -> None:
+    log_once(
+        log,
+        logging.WARNING,
+        ("few-row split at capture", name, type(error).__name__),
+        "npugraph_ex: %s: splitting a few-row product of a key failed (%s: %s); it runs as "
+        "one product",
+        name,
+        type(error).__name__,
+        first_line(error),
     )
 
-    fake_mode = FakeTensorMode()
-    fake_args = [
-        fake_mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
-        for a in args
-    ]
-    static_gm = specialise(gm, fake_args, fake_mode, decompositions={})
-    register_builtin_patterns()
-    canonical_spellings(static_gm.graph)
-    if not capture_registry().apply(static_gm.graph):
-        return None
-    static_gm.graph.eliminate_dead_code()
-    static_gm.recompile()
-    return static_gm
+
+class KeySpecialiser:
+    """Per call of one CPU graph with symbolic product row counts: the graph with its few-row
+    products split, where the call's sizes give some product few enough rows."""
+
+    def __init__(self, fn: Callable[..., Any], plan: RowPlan, name: str):
+        self.fn = fn
+        self.plan = plan
+        self.name = name
+
+    def graph_for(self, args: Sequence[Any], counts: Counter) -> Callable[..., Any] | None:
+        """What to run for ``args`` in place of the graph, or None to run it as it is."""
+        if not self.plan.has_few_rows(args):
+            return None
+        return SplitRun(self.fn, self.name, counts)
+
+
+class SplitRun:
+    """The graph run under ``SplitFewRows``. Counted once in ``counts`` (a capture runs it for
+    its warm-up too): ``specialised`` where it split a product, ``failed`` where a split
+    raised (that product ran whole)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, counts: Counter):
+        self.fn = fn
+        self.name = name
+        self.counts = counts
+        self.counted = False
+
+    def __call__(self, *inputs: Any) -> Any:
+        mode = SplitFewRows(self.name)
+        with mode:
+            result = self.fn(*inputs)
+        outcome = "failed" if mode.failed else "specialised" if mode.split else None
+        if outcome is not None and not self.counted:
+            self.counts[outcome] += 1
+            self.counted = True
+        return result

@@ -114,21 +114,16 @@ def input_signature(args: Sequence[Any]) -> tuple:
 
 
 def specialise(
-    gm: torch.fx.GraphModule,
-    fake_args: Sequence[Any],
-    fake_mode: Any,
-    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    gm: torch.fx.GraphModule, fake_args: Sequence[Any], fake_mode: Any
 ) -> torch.fx.GraphModule:
-    """``gm`` re-traced on inputs with static sizes, decomposed by ``decompositions`` (by default
-    as Inductor expects: ``kernels/decompositions``; ``{}``: not at all).
+    """``gm`` re-traced on inputs with static sizes, decomposed for Inductor (``decompositions``).
 
     Symbolic sizes and int inputs turn into the constants of ``fake_args``; the int inputs stay
     placeholders (unused), so the graph keeps the calling convention of ``gm``.
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    if decompositions is None:
-        devices = {a.device.type for a in fake_args if isinstance(a, torch.Tensor)}
-        decompositions = static_kernel_decompositions(devices.pop() if len(devices) == 1 else "")
+    devices = {a.device.type for a in fake_args if isinstance(a, torch.Tensor)}
+    decompositions = static_kernel_decompositions(devices.pop() if len(devices) == 1 else "")
     with fake_mode:
         return make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)

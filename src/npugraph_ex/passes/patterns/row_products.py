@@ -33,6 +33,7 @@ products with a bias, unit-scale values).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -96,22 +97,26 @@ def row_major(product: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.
     rows, count = w.shape[0], x.shape[0]
     if count == 1:
         return product.reshape(1, rows)
-    return product.reshape(rows, count).t().contiguous()
+    # A clone, not ``.contiguous()``: traced, both are a clone; run under a dispatch mode
+    # (``capture/key_shapes``), ``contiguous`` arrives undecomposed and has no ``out=`` form.
+    return product.reshape(rows, count).t().clone(memory_format=torch.contiguous_format)
 
 
 def splittable(match: Any) -> bool:
-    """A float32 CPU product (both operands tensors on one device) of at most ``MAX_ROWS`` rows
-    (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
-    whose rows split into at least two blocks, outside any ``limit_core_num`` block that allows
-    fewer cores than there are threads (the blocks would outnumber the threads it runs on), on a
-    host where the split pays (``host_probes``)."""
+    """A product ``splits`` takes, outside any ``limit_core_num`` block that allows fewer cores
+    than there are threads (the blocks would outnumber the threads it runs on)."""
     cap = core_cap_at(match.nodes[0])
     if cap is not None and cap < torch.get_num_threads():
         return False
     tensors = bound_tensors(match, "x", "w")
-    if tensors is None:
-        return False
-    x, w = tensors
+    return tensors is not None and splits(*tensors)
+
+
+def splits(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """A float32 CPU product (both operands tensors on one device) of at most ``MAX_ROWS`` rows
+    (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
+    whose rows split into at least two blocks, on a host where the split pays
+    (``host_probes``)."""
     rows = w.shape[0]
     return (
         x.device.type == "cpu"
@@ -128,10 +133,12 @@ def splittable(match: Any) -> bool:
 
 
 def splittable_with_bias(match: Any) -> bool:
-    """``splittable``, with a bias of one float32 value per weight row, on the weight's device."""
-    if not splittable(match):
-        return False
-    b, w = bound(match, "b"), bound(match, "w")
+    """``splittable``, with a bias ``splits_with_bias`` takes."""
+    return splittable(match) and splits_with_bias(bound(match, "b"), bound(match, "w"))
+
+
+def splits_with_bias(b: Any, w: torch.Tensor) -> bool:
+    """A bias of one float32 value per weight row, on the weight's device."""
     return (
         isinstance(b, torch.Tensor)
         and one_kind([w, b], (torch.float32,))
@@ -139,6 +146,26 @@ def splittable_with_bias(match: Any) -> bool:
         and isinstance(b.shape[0], int)  # comparing a symbolic size would add a guard
         and b.shape[0] == w.shape[0]
     )
+
+
+def split_of(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
+    """The split of one ``mm(x, w.t())`` or ``addmm(b, x, w.t())`` call with these (real)
+    arguments, to run instead of it, or None where the pattern would leave it alone: what
+    ``capture/key_shapes`` applies to a key of a graph whose row counts were symbolic."""
+    with_bias = op is torch.ops.aten.addmm.default
+    if len(args) != (3 if with_bias else 2):
+        return None
+    bias, (x, w_t) = (args[0], args[1:]) if with_bias else (None, args)
+    if not (isinstance(x, torch.Tensor) and isinstance(w_t, torch.Tensor) and w_t.dim() == 2):
+        return None
+    w = w_t.t()
+    if x.dim() != 2 or not splits(x, w):
+        return None
+    if bias is None:
+        return lambda: replace(x, w)
+    if not splits_with_bias(bias, w):
+        return None
+    return lambda: replace_with_bias(bias, x, w)
 
 
 def register(pass_dict: Any) -> None:
