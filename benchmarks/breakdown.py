@@ -25,9 +25,11 @@ around them). npugraph_ex's time splits into kernels, the engine and manager (re
 - kernels), AOTAutograd's wrapper (in AOTAutograd's call - replay in the call) and Dynamo's frame
 and guards (npugraph_ex - in AOTAutograd's call).
 
-The *floor* is the bytes of the weights a call reads at the memory bandwidth measured here (a
-sum over a buffer much larger than the caches): no runtime, fusion or kernel compiler keeping
-fp32 weights goes below it.
+The *floor* is the larger of two: the bytes of the weights a call reads at the memory bandwidth
+measured here (a sum over a buffer much larger than the caches), and the arithmetic of its
+matrix products (2 x rows x weight elements) at the rate this host's ``sgemm`` reaches on large
+matrices (2048 x 2048, measured here). No runtime, fusion or kernel compiler keeping fp32
+weights goes below it: one row is bound by the reads, a prefix of many rows by the arithmetic.
 
 Ceilings: eager / kernels is the most a replay of the same ATen calls can gain (every host cost
 gone); eager / floor the most anything can. Each ATen call has a fixed cost besides its work
@@ -92,21 +94,32 @@ def bandwidth_bytes_per_second(megabytes: int = 512) -> float:
     return buffer.numel() * 4 / best
 
 
+def gemm_flops_per_second(size: int = 2048) -> float:
+    """Best of five large square ``mm`` calls: the arithmetic rate this host's BLAS reaches."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def linear_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The weights one forward reads whole: every linear layer's (the embedding table is read
+    one row per token)."""
+    return [p for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()]
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the weights one forward reads whole: every linear layer's (the embedding table
-    is read one row per token)."""
-    return sum(
-        p.numel() * p.element_size()
-        for module in model.modules()
-        if isinstance(module, torch.nn.Linear)
-        for p in module.parameters()
-    )
+    return sum(p.numel() * p.element_size() for p in linear_weights(model))
 
 
-def workloads(model: torch.nn.Module, prefix: int) -> dict[str, tuple[Callable, Callable]]:
-    """Each workload as a factory of ``(fn) -> call`` closures over fixed inputs, and what to do
+def workloads(model: torch.nn.Module, prefix: int) -> dict[str, tuple[Callable, Callable, int]]:
+    """Each workload as a factory of ``(fn) -> call`` closures over fixed inputs, what to do
     before a run of calls (the decode step's cache goes back to empty: a block of calls must
-    stay within its length)."""
+    stay within its length), and how many rows its matrix products have."""
     from transformers import StaticCache
 
     from npugraph_ex.bench.decode import cache_keyword
@@ -132,9 +145,9 @@ def workloads(model: torch.nn.Module, prefix: int) -> dict[str, tuple[Callable, 
         pass
 
     return {
-        "decode": (decode, cache.reset),
-        "one token": (one_token, nothing),
-        f"prefix {prefix}": (prefix_run, nothing),
+        "decode": (decode, cache.reset, 1),
+        "one token": (one_token, nothing, 1),
+        f"prefix {prefix}": (prefix_run, nothing, prefix),
     }
 
 
@@ -233,7 +246,8 @@ Python). npugraph_ex: the captured kernels called in a plain loop, the replay pr
 capture manager around them, AOTAutograd's runtime wrapper, Dynamo's frame and guards."""
 
 
-def derived(result: dict, floor_ms: float) -> dict[str, Any]:
+def derived(result: dict, floors_ms: dict[str, float]) -> dict[str, Any]:
+    floor_ms = max(floors_ms.values())
     ms = result["ms"]
     eager = {
         "kernels": result["eager_aten_ms"],
@@ -251,6 +265,7 @@ def derived(result: dict, floor_ms: float) -> dict[str, Any]:
             "npugraph_ex": {p: replay.get(p, 0.0) for p in PARTS},
         },
         "floor ms": floor_ms,
+        "floors ms": floors_ms,
         "speed-up": ms["eager"] / ms["npugraph_ex"],
         "ceiling, no host": ms["eager"] / ms["kernels"],
         "ceiling, floor": ms["eager"] / floor_ms,
@@ -275,7 +290,7 @@ def plot(results: dict, path: str) -> None:
             )
             bottoms = {v: b + h for (v, b), h in zip(bottoms.items(), heights, strict=True)}
         floor = result["derived"]["floor ms"]
-        ax.axhline(floor, color="black", linestyle="--", label="floor: weights at bandwidth")
+        ax.axhline(floor, color="black", linestyle="--", label="floor: reads or arithmetic")
         ax.set_title(f"{name}: npugraph_ex {result['derived']['speed-up']:.2f}x eager")
         ax.set_ylabel("ms per call")
     axes[0].legend(fontsize=8, loc="upper right")
@@ -309,18 +324,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     apply_threads(args.threads)
     model = build_qwen3(args.preset, seed=0, positions=CACHE_LENGTH)
-    bandwidth = bandwidth_bytes_per_second()
-    floor_ms = weight_bytes(model) / bandwidth * 1e3
+    bandwidth, flops = bandwidth_bytes_per_second(), gemm_flops_per_second()
+    elements = sum(p.numel() for p in linear_weights(model))
     results: dict[str, Any] = {}
     with torch.no_grad():
-        for name, (workload, reset) in workloads(model, args.prefix).items():
+        for name, (workload, reset, rows) in workloads(model, args.prefix).items():
             torch._dynamo.reset()
             results[name] = measure(workload, reset, model, args)
-            results[name]["derived"] = derived(results[name], floor_ms)
+            floors = {
+                "reads": weight_bytes(model) / bandwidth * 1e3,
+                "arithmetic": 2 * rows * elements / flops * 1e3,
+            }
+            results[name]["derived"] = derived(results[name], floors)
     print(environment_line(environment()))
     print(
         f"Qwen3 {args.preset}: {weight_bytes(model) / 2**20:.1f} MiB of linear weights; "
-        f"streaming read {bandwidth / 1e9:.1f} GB/s"
+        f"streaming read {bandwidth / 1e9:.1f} GB/s; sgemm {flops / 1e9:.0f} GFLOP/s; floors "
+        + ", ".join(
+            f"{name} {r['derived']['floors ms']['reads']:.3f} ms reads / "
+            f"{r['derived']['floors ms']['arithmetic']:.3f} ms arithmetic"
+            for name, r in results.items()
+        )
     )
     header = [
         "workload", "variant", "ms per call", *(f"{p} ms" for p in PARTS), "floor ms",
@@ -330,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot:
         plot(results, args.plot)
     settings = settings_of(args)
-    write_json(args.out, NAME, settings, {"bandwidth_bytes_per_s": bandwidth, **results})
+    rates = {"bandwidth_bytes_per_s": bandwidth, "sgemm_flops_per_s": flops}
+    write_json(args.out, NAME, settings, {**rates, **results})
 
 
 if __name__ == "__main__":

@@ -76,6 +76,24 @@ def test_a_few_row_key_of_a_dynamic_graph_replays_the_split_product(split_thread
 
 
 @torch.no_grad()
+def test_a_row_count_of_two_sizes_is_read_from_both(split_threads) -> None:
+    def flat_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, 128) @ w.t()
+
+    before = live_graph_numbers()
+    compiled = torch.compile(flat_product, backend="npugraph_ex", dynamic=True)
+    w = torch.randn(*WEIGHT)
+    for batch, length in ((2, 3), (3, 4)):  # 6 rows, then 12
+        x = torch.randn(batch, length, 128)
+        torch.testing.assert_close(compiled(x, w), flat_product(x, w), **TOLERANCE)
+    keys = ops_by_key(before)
+    (six,) = (ops for label, ops in keys.items() if "2x3x128" in label)
+    (twelve,) = (ops for label, ops in keys.items() if "3x4x128" in label)
+    assert BMM in six and MM not in six
+    assert MM in twelve and BMM not in twelve
+
+
+@torch.no_grad()
 def test_force_eager_runs_what_the_key_replays(split_threads) -> None:
     w = torch.randn(*WEIGHT)
     replayed = torch.compile(product, backend="npugraph_ex", dynamic=True)

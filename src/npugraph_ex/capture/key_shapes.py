@@ -81,8 +81,11 @@ class RowPlan:
         """Each row count for ``args`` (None where a symbol of it has no source)."""
         bound: dict[str, int] = {}
         for name, index, dim in self.sources:
-            arg = args[index]
-            bound[name] = int(arg if dim is None else arg.shape[dim])
+            arg = args[index] if index < len(args) else None
+            if dim is None and isinstance(arg, int):
+                bound[name] = arg
+            elif dim is not None and isinstance(arg, torch.Tensor) and dim < arg.dim():
+                bound[name] = arg.shape[dim]
         return [evaluate(expr, bound) for expr in self.rows]
 
     def has_few_rows(self, args: Sequence[Any]) -> bool:

@@ -132,7 +132,8 @@ class CaptureManager:
         self.kernels = kernels
         """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` per new key."""
         self.specialiser = specialiser
-        """For a CPU graph with symbolic sizes: the graph a key captures with its own sizes."""
+        """For a CPU graph with symbolic row counts: what a key with few rows runs instead of
+        ``fn`` (its products split, ``key_shapes``)."""
         self.dumper = dumper
         """With ``dump_tensor_data`` on the optimised graph: which calls to dump, and where."""
         self.facts = facts
@@ -268,8 +269,8 @@ class CaptureManager:
         return {key: self.runtime.pool_bytes(pool) for key, pool in pools.items()}
 
     def graph_for(self, args: Sequence[Any]) -> Callable[..., Any]:
-        """The graph for ``args``' sizes: the one re-traced with them where the specialiser
-        makes one, else the graph as compiled."""
+        """What to run for ``args``' sizes: the graph with its few-row products split where the
+        specialiser says so, else the graph as compiled."""
         if self.specialiser is None:
             return self.fn
         specialised = self.specialiser.graph_for(args, self.stats.key_specialisation)

@@ -34,9 +34,9 @@ class GraphStats:
     ``cache_hit``, ``reused`` from an earlier capture of the same shapes (a recapture), or
     ``failed`` to compile (those capture the ATen graph instead)."""
     key_specialisation: Counter = field(default_factory=Counter)
-    """Keys of a graph with symbolic sizes that captured it re-traced with their own sizes
-    (``specialised``: a size-dependent rewrite applied), or whose re-trace ``failed`` (those
-    capture the symbolic graph; ``capture/key_shapes.py``)."""
+    """Keys of a CPU graph with symbolic sizes whose capture split few-row products, judged on
+    the key's own sizes (``specialised``), or where a split raised (``failed``: that product
+    runs whole); ``force_eager`` calls count too. See ``capture/key_shapes.py``."""
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per live key (labelled by its shapes and values): replays, kernels per replay, and
     ``pool_bytes``, the bytes that key needs in its pool."""
