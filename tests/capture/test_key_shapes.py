@@ -1,5 +1,5 @@
-"""Keys of a graph with symbolic sizes get the rewrites that need constant sizes: a key whose
-products have few rows captures the graph re-traced with its sizes, the few-row split applied."""
+"""Keys of a CPU graph with symbolic row counts get the few-row split the pattern pass could not
+apply: a key whose sizes give a product few rows captures that product split."""
 
 from __future__ import annotations
 

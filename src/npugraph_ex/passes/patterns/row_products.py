@@ -22,7 +22,9 @@ On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager i
 float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
 ``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly, on a
 host where a measurement says the split pays (``host_probes``: once per process); the block
-count is fixed when the graph is compiled. Not applied with ``static_kernel_compile``,
+count is fixed when the graph is compiled. Where the row count is symbolic (``dynamic=True``),
+each captured key whose sizes give few enough rows gets the same split at capture
+(``split_of``, ``capture/key_shapes.py``). Not applied with ``static_kernel_compile``,
 whose own decomposition of few-row products into reductions is faster still.
 
 Tolerance: each output is the same dot product summed by another kernel, which may order the
