@@ -1,11 +1,12 @@
-"""What re-tracing few-row keys with their own sizes buys a graph compiled with ``dynamic=True``.
+"""What splitting each key's few-row products buys a graph compiled with ``dynamic=True``.
 
 The tiny Qwen3 without a KV cache, called on every length of ``--lengths`` (the growing loop's
 shapes: a sequence of one prompt, one token longer each call) and, one token per sequence, on
 every batch size of ``--batches`` (a decode step whose batch varies). Each is compiled once with
 ``dynamic=True`` and every shape captured once; then, interleaved, eager, npugraph_ex (few-row
-keys specialised, ``capture/key_shapes.py``) and npugraph_ex with every key on the symbolic graph
-(the specialiser switched off for that compile) run every shape ``--calls`` times per repeat.
+products split per key, ``capture/key_shapes.py``) and npugraph_ex with every key capturing the
+graph as compiled (the specialiser switched off for that compile) run every shape ``--calls``
+times per repeat.
 Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
 
     python benchmarks/key_shapes.py
@@ -36,11 +37,11 @@ from npugraph_ex.bench.variants import own_code
 from npugraph_ex.passes.patterns.row_products import MAX_ROWS
 
 NAME = "key_shapes"
-VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys symbolic")
+VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys as compiled")
 
 
 def compiled(step: Callable[..., Any], specialise: bool) -> Callable[..., Any]:
-    tag = "specialised" if specialise else "symbolic"
+    tag = "specialised" if specialise else "as_compiled"
     fn = torch.compile(
         own_code(step, tag), backend="npugraph_ex", dynamic=True, options={"capture_limit": 256}
     )
@@ -69,7 +70,7 @@ def measure(
     fns = {
         "eager": step,
         "npugraph_ex": compiled(step, specialise=True),
-        "npugraph_ex, keys symbolic": compiled(step, specialise=False),
+        "npugraph_ex, keys as compiled": compiled(step, specialise=False),
     }
     for fn in fns.values():
         for x in inputs.values():
