@@ -50,7 +50,7 @@ def compiled(step: Callable[..., Any], specialise: bool) -> Callable[..., Any]:
     made = compiler.key_specialiser
 
     def without_specialiser(*args: Any) -> Any:
-        compiler.key_specialiser = lambda lowered, config: None
+        compiler.key_specialiser = lambda lowered: None
         try:
             return fn(*args)
         finally:

@@ -24,6 +24,7 @@ from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
+from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS
 from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
@@ -84,7 +85,8 @@ class LoweredGraph:
     """The graph before the passes, kept where its tensors are dumped
     (``data_dump_stage="original"``)."""
     rows: RowPlan | None = None
-    """Where its products' symbolic row counts come from, if it has any (``key_shapes``)."""
+    """Where its products' symbolic row counts come from, if it has any and the capture
+    patterns ran on it (``key_shapes``)."""
 
     @property
     def call_inputs(self) -> int:
@@ -114,7 +116,7 @@ def lower_graph(
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     copy_host_scalars_without_blocking(gm, facts)
-    rows = RowPlan.of(gm)
+    rows = RowPlan.of(gm) if gm.meta.get(CAPTURE_PATTERNS) else None
     return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows)
 
 
@@ -134,17 +136,13 @@ def compile_graph(
     return call
 
 
-def key_specialiser(lowered: LoweredGraph, config: Config) -> KeySpecialiser | None:
-    """What splits the few-row products of each key of a CPU graph with symbolic row counts,
-    where the capture patterns ran on it and no ``limit_core_num`` block caps its threads
+def key_specialiser(lowered: LoweredGraph) -> KeySpecialiser | None:
+    """What splits the few-row products of each key of a CPU graph whose capture patterns ran
+    with symbolic row counts, where no ``limit_core_num`` block caps its threads
     (``capture/key_shapes.py``)."""
-    skipped = {*config.disabled_passes, *lowered.failed_passes}
     if (
         lowered.rows is None
         or lowered.facts.device_type != "cpu"
-        or config.static_kernel_compile
-        or not config.pattern_fusion_pass
-        or "pattern_fusion_pass" in skipped
         or LIMIT_CORE_NUM in scopes_in(lowered.gm.graph)
     ):
         return None
@@ -172,7 +170,7 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         runtime,
         name=lowered.name,
         kernels=kernels,
-        specialiser=key_specialiser(lowered, config),
+        specialiser=key_specialiser(lowered),
         dumper=dumper if lowered.original is None else None,
     )
     manager.stats.failed_passes.update(lowered.failed_passes)

@@ -17,6 +17,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.passes.graph_facts import fake_value
+from npugraph_ex.runtime.cpu_memory import tensors_in
 from npugraph_ex.schemas import argument_value
 
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
@@ -138,10 +139,6 @@ COPY_TARGETS = frozenset(NON_BLOCKING_COPIES) | {
     torch.ops.prims.device_put.default,
 }
 """Ops that move bytes between devices (a host-to-device copy is a memcpy, not a scalar)."""
-
-
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    return [v for v in torch.utils._pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
 def host_side_hazard(node: torch.fx.Node, host_scalars: Sequence[torch.fx.Node]) -> str | None:

@@ -22,6 +22,10 @@ from npugraph_ex.passes.patterns import (
     registry,
 )
 
+CAPTURE_PATTERNS = "npugraph_ex.capture_patterns"
+"""``gm.meta`` key, True once the capture-only patterns ran on the graph: the keys of a graph
+with symbolic row counts then get them per key (``capture/key_shapes.py``)."""
+
 
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
@@ -29,5 +33,6 @@ def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     replaced = registry().apply(gm.graph)
     if not config.static_kernel_compile:
         replaced += capture_registry().apply(gm.graph)
+        gm.meta[CAPTURE_PATTERNS] = True
     if replaced:
         gm.graph.eliminate_dead_code()
