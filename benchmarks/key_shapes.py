@@ -1,12 +1,14 @@
-"""What splitting each key's few-row products buys a graph compiled with ``dynamic=True``.
+"""What each key's choice of product kernels buys a graph compiled with ``dynamic=True``.
 
 The tiny Qwen3 without a KV cache, called on every length of ``--lengths`` (the growing loop's
 shapes: a sequence of one prompt, one token longer each call) and, one token per sequence, on
 every batch size of ``--batches`` (a decode step whose batch varies). Each is compiled once with
 ``dynamic=True`` and every shape captured once; then, interleaved, eager, npugraph_ex (few-row
-products split per key, ``capture/key_shapes.py``) and npugraph_ex with every key capturing the
-graph as compiled (the specialiser switched off for that compile) run every shape ``--calls``
-times per repeat.
+products split per key, ``capture/key_shapes.py``; the others through oneDNN where the host
+probe says it pays, ``passes/patterns/onednn_linear.py``), npugraph_ex with every key capturing
+the graph as compiled (the specialiser switched off for that compile), and npugraph_ex with its
+products left to ``mm`` (oneDNN switched off for that compile) run every shape ``--calls`` times
+per repeat.
 Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
 
     python benchmarks/key_shapes.py
@@ -34,29 +36,32 @@ from common import (
 from npugraph_ex import compiler
 from npugraph_ex.bench.presets import build_qwen3
 from npugraph_ex.bench.variants import own_code
+from npugraph_ex.passes.patterns import onednn_linear
 from npugraph_ex.passes.patterns.row_products import MAX_ROWS
 
 NAME = "key_shapes"
-VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys as compiled")
+VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys as compiled", "npugraph_ex, products by mm")
 
 
-def compiled(step: Callable[..., Any], specialise: bool) -> Callable[..., Any]:
-    tag = "specialised" if specialise else "as_compiled"
+def compiled(step: Callable[..., Any], tag: str, without: tuple[Any, str, Any] | None):
+    """``step`` compiled on its own code; ``without``: (module, name, value) set while it runs
+    (its compile and captures happen in its first calls)."""
     fn = torch.compile(
         own_code(step, tag), backend="npugraph_ex", dynamic=True, options={"capture_limit": 256}
     )
-    if specialise:
+    if without is None:
         return fn
-    made = compiler.key_specialiser
+    module, name, value = without
 
-    def without_specialiser(*args: Any) -> Any:
-        compiler.key_specialiser = lambda lowered: None
+    def run(*args: Any) -> Any:
+        made = getattr(module, name)
+        setattr(module, name, value)
         try:
             return fn(*args)
         finally:
-            compiler.key_specialiser = made
+            setattr(module, name, made)
 
-    return without_specialiser
+    return run
 
 
 def measure(
@@ -69,8 +74,13 @@ def measure(
     (every variant's first call of every input, compile and capture, comes first, untimed)."""
     fns = {
         "eager": step,
-        "npugraph_ex": compiled(step, specialise=True),
-        "npugraph_ex, keys as compiled": compiled(step, specialise=False),
+        "npugraph_ex": compiled(step, "default", None),
+        "npugraph_ex, keys as compiled": compiled(
+            step, "as_compiled", (compiler, "key_specialiser", lambda lowered: None)
+        ),
+        "npugraph_ex, products by mm": compiled(
+            step, "by_mm", (onednn_linear, "linear_pays", lambda: False)
+        ),
     }
     for fn in fns.values():
         for x in inputs.values():

@@ -1,21 +1,26 @@
 """What this host's kernels are good at, measured once per process: the choices that depend on it.
 
-Two rewrites of few-row matrix products pay only on some hosts: where ATen's one-row ``mm``
-leaves threads idle or runs an unvectorised kernel (MKL on the AMD CPU they were measured on,
-2x to 5x below what reading the weight allows), not where the BLAS already streams the weight
-at memory speed. No version check or CPU name tells which a host is; a measurement does:
+Three rewrites of matrix products pay only on some hosts: where ATen's ``mm`` leaves threads
+idle or runs an unvectorised kernel (MKL on the AMD CPU they were measured on: one row 2x to 5x
+below what reading the weight allows, a few to a few hundred rows a third to a half of its rate
+on large matrices), not where the BLAS already streams the weight at memory speed. No version
+check or CPU name tells which a host is; a measurement does:
 
 - ``split_pays``: the default path's split of a product over the intra-op threads
   (``passes/patterns/row_products.py``) against ``mm``;
 - ``reduction_pays``: ``static_kernel_compile``'s multiply-and-sum (``kernels/decompositions``),
   judged by how far ``mm`` is from a row sum that reads the same weights once (what the
-  generated reduction does), both on one thread (1.6x to 2.0x here, also under load).
+  generated reduction does), both on one thread (1.6x to 2.0x here, also under load);
+- ``linear_pays``: oneDNN's linear kernel from the plain weight
+  (``passes/patterns/onednn_linear.py``) against ``mm``, on ``LINEAR_PROBE_ROWS`` rows (1.2x
+  to 1.45x here, where MKL runs its generic path).
 
 Each runs at the first compile that could use it, once per thread count: ``PROBE_WEIGHTS``
-one-row products by weights larger than the CPU caches, against the other form, interleaved,
-the fastest of ``PROBE_ROUNDS`` rounds each (another process busy on the cores slows some rounds,
-not all); a rewrite is kept only with a clear gain (``SPLIT_GAIN``, ``REDUCTION_GAIN``). About
-50 ms each on the reference machine; the ``npugraph_ex`` logger says at INFO what it measured.
+products (one row; ``LINEAR_PROBE_ROWS`` for oneDNN) by weights larger than the CPU caches,
+against the other form, interleaved, the fastest of ``PROBE_ROUNDS`` rounds each (another
+process busy on the cores slows some rounds, not all); a rewrite is kept only with a clear gain
+(``SPLIT_GAIN``, ``REDUCTION_GAIN``, ``LINEAR_GAIN``). About 50 ms each on the reference
+machine; the ``npugraph_ex`` logger says at INFO what it measured.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ REDUCTION_GAIN = 1.15
 Measured on the tiny Qwen3 decode step and one-token forward where MKL serves one row well, the
 reduction forced on against forced off: static kernels gain 1.1x to 1.4x more over eager with it
 (probe readings 1.32x to 1.55x); the probe there read 1.24x to 1.6x over eight runs."""
+LINEAR_GAIN = 1.1
+LINEAR_PROBE_ROWS = 16
+"""Rows of oneDNN's probe products: a prefix's or a growing loop's, where the pattern applies
+(gains read here at 8 to 64 rows: 1.2x to 1.45x, 16 rows the steadiest)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,13 @@ def reduction_pays() -> bool:
     return reduction_probe(torch.get_num_threads()).pays
 
 
+def linear_pays() -> bool:
+    """Whether products should run through oneDNN's linear kernel, at the current thread count."""
+    return linear_probe(torch.get_num_threads()).pays
+
+
 def decisions() -> dict[str, dict[str, float | bool]]:
-    """What both probes measured at the current thread count (measuring them if not yet), for a
+    """What the probes measured at the current thread count (measuring them if not yet), for a
     benchmark's record of where it ran."""
     threads = torch.get_num_threads()
     return {
@@ -88,6 +102,7 @@ def decisions() -> dict[str, dict[str, float | bool]]:
         for name, result in (
             ("split", split_probe(threads)),
             ("reduction", reduction_probe(threads)),
+            ("onednn_linear", linear_probe(threads)),
         )
     }
 
@@ -143,10 +158,24 @@ def reduction_probe(threads: int) -> Probe:
         torch.set_num_threads(threads)
 
 
-def probe_operands() -> tuple[list[torch.Tensor], torch.Tensor]:
+@on_real_tensors
+def linear_probe(threads: int) -> Probe:
+    if not torch.backends.mkldnn.is_available():
+        return Probe(threads, 0.0, 0.0, LINEAR_GAIN)  # no oneDNN in this build: never pays
+    weights, x = probe_operands(LINEAR_PROBE_ROWS)
+    linear = torch.ops.mkldnn._linear_pointwise.default
+
+    def with_onednn() -> None:
+        for w in weights:
+            linear(x, w, None, "none", [], "")
+
+    return measured("oneDNN's linear", threads, (weights, x), with_onednn, LINEAR_GAIN)
+
+
+def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in range(PROBE_WEIGHTS)]
-    return weights, torch.randn(1, PROBE_SHAPE[1], generator=generator)
+    return weights, torch.randn(rows, PROBE_SHAPE[1], generator=generator)
 
 
 def measured(
@@ -156,10 +185,10 @@ def measured(
     other: Callable[[], None],
     needed: float,
 ) -> Probe:
-    """Time one-row ``mm`` of ``operands`` (weights, one row) against ``other``, which reads the
-    same weights."""
+    """Time ``mm`` of ``operands`` (weights, rows) against ``other``, which reads the same
+    weights."""
     weights, x = operands
-    outputs = [torch.empty(1, PROBE_SHAPE[0]) for _ in weights]
+    outputs = [torch.empty(x.shape[0], PROBE_SHAPE[0]) for _ in weights]
 
     def with_mm() -> None:
         for w, out in zip(weights, outputs, strict=True):
@@ -175,7 +204,8 @@ def measured(
     mm_ms, other_ms = (min(times[name][1:]) * 1e3 for name in ("mm", "other"))
     result = Probe(threads, mm_ms, other_ms, needed)
     log.info(
-        "npugraph_ex: one-row products at %d threads: mm %.3f ms, %s %.3f ms (%.2fx): %s",
+        "npugraph_ex: %d-row products at %d threads: mm %.3f ms, %s %.3f ms (%.2fx): %s",
+        x.shape[0],
         threads,
         mm_ms,
         form,

@@ -56,7 +56,7 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
         assert key in record
     assert record["command"][:2] == ["npugraph-ex", "bench"]
     probes = record["environment"]["host_probes"]  # what the host's measurement decided
-    assert set(probes) == {"split", "reduction"}
+    assert set(probes) == {"split", "reduction", "onednn_linear"}
     for probe in probes.values():
         assert isinstance(probe["used"], bool) and probe["mm_ms"] > 0 and probe["other_ms"] > 0
     assert record["environment"]["mkl_intel_paths"] in (True, False, None)

@@ -17,7 +17,7 @@ from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.errors import ConfigError, ConfigTypeError
-from npugraph_ex.passes.patterns import row_products
+from npugraph_ex.passes.patterns import onednn_linear, row_products
 from npugraph_ex.torchair_compat import CompilerConfig
 
 
@@ -228,11 +228,11 @@ def test_a_stored_graph_keeps_its_stream_joins(tmp_path: Path) -> None:
 
 
 class Projection(torch.nn.Module):
-    """One linear layer the few-row split takes (a 256 x 128 weight)."""
+    """One linear layer the few-row split takes (a 256 x 128 weight by default)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outputs: int = 256, bias: bool = False) -> None:
         super().__init__()
-        self.lin = torch.nn.Linear(128, 256, bias=False)
+        self.lin = torch.nn.Linear(128, outputs, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(x)
@@ -260,3 +260,31 @@ def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
     assert loaded.cache_info()["compiled"] == 0
     (manager,) = managers_since(before)
     assert manager.stats.key_specialisation == {"specialised": 2}
+
+
+def test_a_stored_graph_runs_its_products_through_onednn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    torch.manual_seed(0)
+    # 512 x 128: the smallest weight oneDNN's pattern takes; with a bias.
+    first, second = Projection(512, bias=True), Projection(512, bias=True)
+    second.load_state_dict(first.state_dict())
+    with torch.no_grad(), intra_op_threads(2):
+        stored = npugraph_ex.inference.cache_compile(
+            first.forward, cache_dir=tmp_path, dynamic=True
+        )
+        stored(torch.randn(3, 128))
+        loaded = npugraph_ex.inference.cache_compile(
+            second.forward, cache_dir=tmp_path, dynamic=True
+        )
+        before = live_graph_numbers()
+        for rows in (4, 12):
+            x = torch.randn(rows, 128)
+            torch.testing.assert_close(loaded(x), first(x), rtol=1e-5, atol=1e-5)
+    assert loaded.cache_info()["compiled"] == 0
+    (manager,) = managers_since(before)
+    ops = [set(entry.graph.step_names) for entry in manager.entries.values()]
+    assert "aten.baddbmm.out" in ops[0]  # 4 rows: the split
+    assert "compute_and_copy[mkldnn._linear_pointwise.default]" in ops[1]

@@ -107,7 +107,7 @@ def environment_line(env: dict[str, Any]) -> str:
     )
     probes = env.get("host_probes")
     measured = (
-        "; few-row products: "
+        "; product rewrites: "
         + ", ".join(
             f"{name} {p['gain']}x ({'used' if p['used'] else 'not used'})"
             for name, p in probes.items()

@@ -12,6 +12,10 @@ judged on the real arguments, so the recorder records the split's kernels:
     key s0=4:  bmm(view(w, [2, N/2, 256]), ...), copy       the split, as a static graph has it
     key s0=20: mm                                           the graph as it is, no mode
 
+A product the graph runs through oneDNN's linear (``onednn_linear``, which takes symbolic row
+counts) runs the same way: as the split where the split takes it, as ``mm`` below the rows
+oneDNN pays from, as it is otherwise.
+
 A batch or sequence that grows one row at a time (a generation loop without a KV cache, a decode
 step over a dynamic batch) gets the kernels a graph compiled for one shape has for its few-row
 keys, for a few milliseconds per capture (the mode's Python call per op). ``force_eager`` runs
@@ -39,12 +43,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.passes.graph_facts import fake_value
+from npugraph_ex.passes.patterns.onednn_linear import LINEAR, plain_or_split
 from npugraph_ex.passes.patterns.row_products import MAX_ROWS, split_of
 
 log = logging.getLogger(__name__)
 
-PRODUCTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-"""The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``)."""
+PRODUCTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, LINEAR)
+"""The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``, and oneDNN's linear,
+which ``onednn_linear`` leaves where neither is)."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,9 @@ class SplitFewRows(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        split = None if kwargs or func not in PRODUCTS else split_of(func, args)
+        split = None
+        if not kwargs and func in PRODUCTS:
+            split = plain_or_split(func, args) if func is LINEAR else split_of(func, args)
         if split is not None:
             try:
                 result = split()

@@ -18,6 +18,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.passes.patterns import (
     canonical_spellings,
     capture_registry,
+    product_registry,
     register_builtin_patterns,
     registry,
 )
@@ -33,6 +34,7 @@ def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     replaced = registry().apply(gm.graph)
     if not config.static_kernel_compile:
         replaced += capture_registry().apply(gm.graph)
+        replaced += product_registry().apply(gm.graph)
         gm.meta[CAPTURE_PATTERNS] = True
     if replaced:
         gm.graph.eliminate_dead_code()

@@ -91,6 +91,15 @@ def capture_registry() -> Any:
     return PatternMatcherPass(pass_name="npugraph_ex_capture_patterns")
 
 
+@functools.cache
+def product_registry() -> Any:
+    """Capture-only patterns applied after ``capture_registry``'s, to the matrix products it left
+    (the same search as the few-row split's, which one pass cannot hold twice)."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_product_patterns")
+
+
 def register_replacement(
     search_fn: Callable[..., Any],
     replace_fn: Callable[..., Any],
@@ -191,6 +200,7 @@ def register_builtin_patterns() -> None:
         eager_attention,
         gqa_attention,
         mm_bias,
+        onednn_linear,
         rms_norm,
         row_products,
     )
@@ -200,3 +210,4 @@ def register_builtin_patterns() -> None:
     mm_bias.register()
     rms_norm.register()
     row_products.register(capture_registry())
+    onednn_linear.register(product_registry())

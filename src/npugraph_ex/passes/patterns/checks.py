@@ -56,6 +56,18 @@ def one_kind(
     )
 
 
+def one_bias_per_row(b: Any, w: torch.Tensor) -> bool:
+    """A bias of one value per row of weight ``w`` (``nn.Linear``'s), of its dtype (float32) and
+    device."""
+    return (
+        isinstance(b, torch.Tensor)
+        and one_kind([w, b], (torch.float32,))
+        and b.dim() == 1
+        and isinstance(b.shape[0], int)  # comparing a symbolic size would add a guard
+        and b.shape[0] == w.shape[0]
+    )
+
+
 def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Two shapes equal for every value of their symbols."""
     return known_equal(list(a), list(b))

@@ -42,7 +42,7 @@ import torch
 
 from npugraph_ex.host_probes import split_pays
 from npugraph_ex.passes.graph_facts import core_cap_at
-from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_kind
+from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_bias_per_row, one_kind
 
 MIN_WEIGHT_ELEMENTS = 32 * 1024
 """Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
@@ -141,13 +141,7 @@ def splittable_with_bias(match: Any) -> bool:
 
 def splits_with_bias(b: Any, w: torch.Tensor) -> bool:
     """A bias of one float32 value per weight row, on the weight's device."""
-    return (
-        isinstance(b, torch.Tensor)
-        and one_kind([w, b], (torch.float32,))
-        and b.dim() == 1
-        and isinstance(b.shape[0], int)  # comparing a symbolic size would add a guard
-        and b.shape[0] == w.shape[0]
-    )
+    return one_bias_per_row(b, w)
 
 
 def split_of(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
