@@ -20,7 +20,8 @@ With ``--bias`` every product also adds a bias of one value per weight row, as a
 With ``--onednn`` two more variants call oneDNN's linear kernel (what Inductor's ``freezing``
 uses on CPU), which the default path does not use: *onednn packed* on weights reordered once,
 outside the timing, into oneDNN's blocked layout for that row count (a second copy of every
-weight), and *onednn* on the weights as they are (reordered inside every call).
+weight), and *onednn* on the weights as they are (what ``pattern_fusion_pass`` gives products of
+4 rows and more where the host probe says it pays: ``passes/patterns/onednn_linear.py``).
 
     python benchmarks/few_row_products.py
     python benchmarks/few_row_products.py --rows 1 2 4 8 16 32 64
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--onednn", action="store_true", help="add oneDNN's linear, on packed and plain weights"
     )
+
     add_common_args(parser, NAME, repeats=7)
     args = parser.parse_args(argv)
     apply_threads(args.threads)

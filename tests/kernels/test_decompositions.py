@@ -10,6 +10,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+import npugraph_ex
 from npugraph_ex import host_probes
 from npugraph_ex.kernels import decompositions
 from npugraph_ex.kernels.decompositions import (
@@ -18,6 +19,7 @@ from npugraph_ex.kernels.decompositions import (
     few_rows_times_matrix_plus,
 )
 from npugraph_ex.kernels.static_compile import specialise
+from npugraph_ex.passes.patterns import onednn_linear
 
 aten = torch.ops.aten
 
@@ -102,3 +104,45 @@ def test_the_reduction_probe_times_one_thread_and_leaves_the_thread_count() -> N
     assert torch.get_num_threads() == threads
     assert result.threads == 1 and result.mm_ms > 0 and result.other_ms > 0
     assert result.pays == (result.gain >= host_probes.REDUCTION_GAIN)
+
+
+ONEDNN_WEIGHT = (512, 128)
+"""The smallest weight ``onednn_linear`` takes (``MIN_WEIGHT_ELEMENTS``)."""
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_product_by_a_large_weight_goes_through_onednn(monkeypatch, bias: bool) -> None:  # noqa: ANN001
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    x, w, b = torch.randn(MAX_ROWS + 1, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
+    ops = specialised_ops(linear_graph(bias), x, w, b)
+    assert ops["mkldnn._linear_pointwise"] == 1
+    assert ops["aten.mm"] == ops["aten.addmm"] == 0
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: False)
+    ops = specialised_ops(linear_graph(bias), x, w, b)
+    assert ops["mkldnn._linear_pointwise"] == 0
+    assert ops["aten.addmm" if bias else "aten.mm"] == 1
+
+
+def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    x, w, b = torch.randn(MAX_ROWS, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
+    ops = specialised_ops(linear_graph(False), x, w, b)
+    assert ops["aten.sum"] == 1 and ops["mkldnn._linear_pointwise"] == 0
+
+
+@torch.no_grad()
+def test_static_kernels_call_onednn_and_leave_inductors_lowering_as_it_was(monkeypatch) -> None:  # noqa: ANN001
+    from torch._inductor import lowering
+
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    torch._dynamo.reset()
+    lowered_before = lowering.lowerings.get(onednn_linear.LINEAR)
+    layer = torch.nn.Linear(128, ONEDNN_WEIGHT[0])
+    compiled = torch.compile(layer, backend="npugraph_ex", options={"static_kernel_compile": True})
+    x = torch.randn(20, 128)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+    (graph,) = npugraph_ex.stats()["graphs"][-1:]
+    # Compiled here, or found in Inductor's cache where an earlier test compiled the same graph.
+    assert graph["static_kernels"] in ({"compiled": 1}, {"cache_hit": 1})
+    assert lowering.lowerings.get(onednn_linear.LINEAR) is lowered_before

@@ -15,6 +15,10 @@ the rule stops at 8, well inside the range where it wins. Where ATen's ``mm`` al
 weight at about the speed of a plain reduction, the rule buys nothing: it applies on hosts where
 a measurement says it pays (``host_probes.reduction_pays``, once per process).
 Inductor itself decomposes only dot products (one row times one column) on CPU.
+
+The other products by a linear layer's weight go through oneDNN's linear kernel where the
+default path's pattern would take them (``passes/patterns/onednn_linear.py``: its rows, weight
+size and host probe); Inductor calls it as an extern kernel (``static_compile``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.host_probes import reduction_pays
+from npugraph_ex.passes.patterns import onednn_linear
 
 aten = torch.ops.aten
 
@@ -56,16 +61,55 @@ def few_rows_times_matrix_plus(
     return product + (bias if beta == 1 else beta * bias)
 
 
+def times_weight_through_onednn(x: torch.Tensor, w: torch.Tensor) -> Any:
+    """``x @ w`` where ``w`` is a linear layer's weight transposed, through oneDNN's linear
+    where ``onednn_linear`` takes it (its rows, weight size and host probe); else
+    NotImplemented."""
+    weight = w.t()
+    if not onednn_linear.takes(x, weight):
+        return NotImplemented
+    return onednn_linear.linear(x, weight, None)
+
+
+def times_weight_plus_through_onednn(
+    bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, beta: Any = 1, alpha: Any = 1
+) -> Any:
+    """``addmm`` of a bias per weight row, as ``times_weight_through_onednn`` with the bias."""
+    weight = w.t()
+    if beta != 1 or alpha != 1 or not onednn_linear.takes(x, weight, bias):
+        return NotImplemented
+    return onednn_linear.linear(x, weight, bias)
+
+
+def first_of(*rules: Any) -> Any:
+    """A decomposition that tries ``rules`` in order (NotImplemented where none applies)."""
+
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        for rule in rules:
+            result = rule(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return NotImplemented
+
+    return decompose
+
+
 def static_kernel_decompositions(device_type: str = "cpu") -> dict[Any, Any]:
-    """Inductor's decomposition table, with the few-row matrix products of CPU graphs added on
-    a host where a measurement says the reduction pays (``host_probes.reduction_pays``)."""
+    """Inductor's decomposition table, with the matrix products of CPU graphs added: few rows
+    as reductions on a host where a measurement says they pay (``host_probes.reduction_pays``),
+    other products by a weight through oneDNN where ``onednn_linear`` takes them."""
     from torch._inductor.decomposition import select_decomp_table
 
     table = select_decomp_table()
-    if device_type != "cpu" or not reduction_pays():
+    if device_type != "cpu":
         return table
+    products = [times_weight_through_onednn]
+    products_plus = [times_weight_plus_through_onednn]
+    if reduction_pays():
+        products.insert(0, few_rows_times_matrix)
+        products_plus.insert(0, few_rows_times_matrix_plus)
     return {
         **table,
-        aten.mm.default: few_rows_times_matrix,
-        aten.addmm.default: few_rows_times_matrix_plus,
+        aten.mm.default: first_of(*products),
+        aten.addmm.default: first_of(*products_plus),
     }

@@ -19,7 +19,8 @@ compiling the same graph for the same shapes loads them instead of compiling;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ import torch.fx
 from npugraph_ex.config import Config
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.kernels.decompositions import static_kernel_decompositions
+from npugraph_ex.passes.patterns.onednn_linear import LINEAR
 from npugraph_ex.scope.ops import scopes_in
 
 CompiledKernels = Callable[..., Any]
@@ -87,7 +89,11 @@ class StaticKernelCompiler:
             for a in args
         ]
         context = torch._guards.TracingContext(fake_mode)
-        with torch._guards.tracing(context), torch._inductor.config.patch(self.inductor_options()):
+        with (
+            torch._guards.tracing(context),
+            torch._inductor.config.patch(self.inductor_options()),
+            onednn_linear_as_extern_call(),
+        ):
             static_gm = specialise(self.gm, fake_args, fake_mode)
             return compile_fx_inner(
                 static_gm,
@@ -101,6 +107,26 @@ class StaticKernelCompiler:
         if not self.use_cache:
             options.update(fx_graph_cache=False, force_disable_caches=True)
         return options
+
+
+@contextlib.contextmanager
+def onednn_linear_as_extern_call() -> Iterator[None]:
+    """While a key is lowered: oneDNN's linear (which ``decompositions`` puts in for products
+    by a weight) lowered as a call of its ATen kernel. Inductor's own lowering of it is for
+    ``freezing``, whose weights are constants it has packed, and refuses a weight that is a
+    graph input; the call reads the weight as it is."""
+    from torch._inductor import lowering
+
+    table = lowering.lowerings
+    made = table.get(LINEAR)
+    table[LINEAR] = lowering.fallback_handler(LINEAR, add_to_fallback_set=False)
+    try:
+        yield
+    finally:
+        if made is None:
+            del table[LINEAR]
+        else:
+            table[LINEAR] = made
 
 
 def input_signature(args: Sequence[Any]) -> tuple:

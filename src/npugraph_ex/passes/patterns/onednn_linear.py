@@ -23,8 +23,9 @@ Applied to float32 CPU products whose weight is contiguous and has at least
 split (``row_products``, registered first) does not take, on a host where a measurement says
 oneDNN pays (``host_probes.linear_pays``: once per process; on hosts where MKL runs its fast
 path it does not, and nothing changes). A key of a dynamic graph with fewer rows runs the
-product as ``mm`` or the split (``capture/key_shapes``, through ``plain_or_split``). Not
-applied with ``static_kernel_compile`` (Inductor lowers the products its own way).
+product as ``mm`` or the split (``capture/key_shapes``, through ``plain_or_split``). With
+``static_kernel_compile`` this pattern does not run; each key's decomposition puts in the same
+call where ``takes`` says so, and the generated code calls it (``kernels/decompositions``).
 
 Tolerance: each output is the same dot product summed by another kernel (max |diff| 5.7e-5 on
 [20, 256] x [256, 768] products of unit normal values, whose outputs are about 16 in size:
