@@ -12,6 +12,7 @@ per repeat.
 Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
 
     python benchmarks/key_shapes.py
+    python benchmarks/key_shapes.py --static-kernels --lengths 9 16 --batches 9 10
 """
 
 from __future__ import annotations
@@ -43,12 +44,16 @@ NAME = "key_shapes"
 VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys as compiled", "npugraph_ex, products by mm")
 
 
-def compiled(step: Callable[..., Any], tag: str, without: tuple[Any, str, Any] | None):
+def compiled(
+    step: Callable[..., Any],
+    tag: str,
+    without: tuple[Any, str, Any] | None,
+    static_kernels: bool = False,
+) -> Callable[..., Any]:
     """``step`` compiled on its own code; ``without``: (module, name, value) set while it runs
     (its compile and captures happen in its first calls)."""
-    fn = torch.compile(
-        own_code(step, tag), backend="npugraph_ex", dynamic=True, options={"capture_limit": 256}
-    )
+    options = {"capture_limit": 256, "static_kernel_compile": static_kernels}
+    fn = torch.compile(own_code(step, tag), backend="npugraph_ex", dynamic=True, options=options)
     if without is None:
         return fn
     module, name, value = without
@@ -69,19 +74,24 @@ def measure(
     inputs: dict[int, torch.Tensor],
     repeats: int,
     calls: int,
+    static_kernels: bool,
 ) -> dict[str, dict[int, float]]:
     """Seconds per call of each variant on each input, median of ``repeats`` interleaved rounds
-    (every variant's first call of every input, compile and capture, comes first, untimed)."""
+    (every variant's first call of every input, compile and capture, comes first, untimed).
+    With static kernels, whose keys are compiled for their sizes anyway, no variant switches
+    the specialiser off."""
     fns = {
         "eager": step,
-        "npugraph_ex": compiled(step, "default", None),
+        "npugraph_ex": compiled(step, "default", None, static_kernels),
         "npugraph_ex, keys as compiled": compiled(
             step, "as_compiled", (compiler, "key_specialiser", lambda lowered: None)
         ),
         "npugraph_ex, products by mm": compiled(
-            step, "by_mm", (onednn_linear, "linear_pays", lambda: False)
+            step, "by_mm", (onednn_linear, "linear_pays", lambda: False), static_kernels
         ),
     }
+    if static_kernels:
+        del fns["npugraph_ex, keys as compiled"]
     for fn in fns.values():
         for x in inputs.values():
             fn(x)
@@ -104,13 +114,14 @@ def bands(sizes: list[int]) -> list[tuple[str, list[int]]]:
 
 def table(title: str, seconds: dict[str, dict[int, float]]) -> str:
     sizes = sorted(seconds["eager"])
+    variants = [v for v in VARIANTS if v in seconds]
     rows = []
     for band, members in bands(sizes):
-        total = {v: sum(seconds[v][s] for s in members) for v in VARIANTS}
-        cells = [band, *(f"{total[v] / len(members) * 1e3:.2f}" for v in VARIANTS)]
-        cells += [f"{total['eager'] / total[v]:.2f}x" for v in VARIANTS[1:]]
+        total = {v: sum(seconds[v][s] for s in members) for v in variants}
+        cells = [band, *(f"{total[v] / len(members) * 1e3:.2f}" for v in variants)]
+        cells += [f"{total['eager'] / total[v]:.2f}x" for v in variants[1:]]
         rows.append(cells)
-    headers = [title, *(f"{v} ms" for v in VARIANTS), *(f"{v} speed-up" for v in VARIANTS[1:])]
+    headers = [title, *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in variants[1:])]
     return format_table(headers, rows)
 
 
@@ -119,6 +130,11 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs=2, default=[4, 35], metavar=("FIRST", "LAST"))
     parser.add_argument("--batches", type=int, nargs=2, default=[2, 12], metavar=("FIRST", "LAST"))
     parser.add_argument("--calls", type=int, default=5, help="calls per shape per repeat")
+    parser.add_argument(
+        "--static-kernels",
+        action="store_true",
+        help="compile with static_kernel_compile=True (Inductor per key: slow first calls)",
+    )
     add_common_args(parser, NAME, repeats=7)
     args = parser.parse_args()
     apply_threads(args.threads)
@@ -144,7 +160,7 @@ def main() -> None:
             ("batches", batches, "batch (one token each)"),
         ):
             torch._dynamo.reset()
-            results[name] = measure(forward, inputs, args.repeats, args.calls)
+            results[name] = measure(forward, inputs, args.repeats, args.calls, args.static_kernels)
             print(f"\n{table(title, results[name])}")
     write_json(args.out, NAME, settings_of(args), results)
 
