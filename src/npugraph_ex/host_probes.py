@@ -48,9 +48,10 @@ Measured on the tiny Qwen3 decode step and one-token forward where MKL serves on
 reduction forced on against forced off: static kernels gain 1.1x to 1.4x more over eager with it
 (probe readings 1.32x to 1.55x); the probe there read 1.24x to 1.6x over eight runs."""
 LINEAR_GAIN = 1.1
-LINEAR_PROBE_ROWS = 16
-"""Rows of oneDNN's probe products: a prefix's or a growing loop's, where the pattern applies
-(gains read here at 8 to 64 rows: 1.2x to 1.45x, 16 rows the steadiest)."""
+LINEAR_PROBE_ROWS = (4, 8, 16, 32, 64, 128)
+"""Row counts oneDNN's probe times, each standing for the counts up to the next. Which form wins
+depends on the count, not only on the host: on MKL's Intel code paths oneDNN ran products of 4
+rows at 0.3x to 0.4x of ``mm`` and of 16 rows at 1.35x to 3.3x (``benchmarks/mkl_intel_path.py``)."""
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,21 @@ def reduction_pays() -> bool:
     return reduction_probe(torch.get_num_threads()).pays
 
 
-def linear_pays() -> bool:
-    """Whether products should run through oneDNN's linear kernel, at the current thread count."""
-    return linear_probe(torch.get_num_threads()).pays
+def linear_pays(rows: int | None = None) -> bool:
+    """Whether products of ``rows`` rows should run through oneDNN's linear kernel, at the
+    current thread count (``rows`` None: of some row count, as a symbolic one may be)."""
+    probes = linear_probe(torch.get_num_threads())
+    if rows is None:
+        return any(probe.pays for probe in probes.values())
+    band = max((count for count in probes if count <= rows), default=None)
+    return band is not None and probes[band].pays
 
 
 def decisions() -> dict[str, dict[str, float | bool]]:
     """What the probes measured at the current thread count (measuring them if not yet), for a
     benchmark's record of where it ran."""
     threads = torch.get_num_threads()
+    linear = {f"onednn_linear_{rows}": probe for rows, probe in linear_probe(threads).items()}
     return {
         name: {
             "mm_ms": round(result.mm_ms, 4),
@@ -102,20 +109,21 @@ def decisions() -> dict[str, dict[str, float | bool]]:
         for name, result in (
             ("split", split_probe(threads)),
             ("reduction", reduction_probe(threads)),
-            ("onednn_linear", linear_probe(threads)),
+            *linear.items(),
         )
     }
 
 
-def on_real_tensors(probe: Callable[[int], Probe]) -> Callable[[int], Probe]:
-    """Run ``probe`` once per thread count, on real tensors even when called under a dispatch
-    mode (a pass that checks a match may run under the compile's fake tensor mode)."""
+def on_real_tensors(probe: Callable[..., Probe]) -> Callable[..., Probe]:
+    """Run ``probe`` once per thread count (and row count, where it takes one), on real
+    tensors even when called under a dispatch mode (a pass that checks a match may run under
+    the compile's fake tensor mode)."""
 
     @functools.cache
     @functools.wraps(probe)
-    def run(threads: int) -> Probe:
+    def run(*counts: int) -> Probe:
         with _disable_current_modes():
-            return probe(threads)
+            return probe(*counts)
 
     return run
 
@@ -124,7 +132,8 @@ def on_real_tensors(probe: Callable[[int], Probe]) -> Callable[[int], Probe]:
 def split_probe(threads: int) -> Probe:
     if threads < 2:
         return Probe(threads, 0.0, 0.0, SPLIT_GAIN)  # nothing to split over: never pays
-    weights, x = probe_operands()
+    weights, inputs = probe_operands()
+    x = inputs[PROBE_SHAPE[1]]
     rows, depth = PROBE_SHAPE
     columns = x.t().unsqueeze(0).expand(threads, depth, 1)
     blocks = [w.view(threads, rows // threads, depth) for w in weights]
@@ -134,7 +143,7 @@ def split_probe(threads: int) -> Probe:
         for block, out in zip(blocks, outputs, strict=True):
             torch.bmm(block, columns, out=out)
 
-    return measured("split over the threads", threads, (weights, x), split, SPLIT_GAIN)
+    return measured("split over the threads", threads, (weights, inputs), split, SPLIT_GAIN)
 
 
 @on_real_tensors
@@ -143,7 +152,7 @@ def reduction_probe(threads: int) -> Probe:
     reads a weight slower than a plain vectorised reduction does, and one thread each answers
     it without the other cores' load in the answer (two threads' rounds under another process's
     load varied by 2x; one thread's by 15%)."""
-    weights, x = probe_operands()
+    weights, inputs = probe_operands()
     outputs = [torch.empty(PROBE_SHAPE[0]) for _ in weights]
 
     def row_sums() -> None:
@@ -153,45 +162,55 @@ def reduction_probe(threads: int) -> Probe:
     form = "a reduction over the weight's rows (one thread each)"
     torch.set_num_threads(1)
     try:
-        return measured(form, 1, (weights, x), row_sums, REDUCTION_GAIN)
+        return measured(form, 1, (weights, inputs), row_sums, REDUCTION_GAIN)
     finally:
         torch.set_num_threads(threads)
 
 
+@functools.cache
+def linear_probe(threads: int) -> dict[int, Probe]:
+    """oneDNN against ``mm`` at each of ``LINEAR_PROBE_ROWS``."""
+    return {rows: linear_probe_at(threads, rows) for rows in LINEAR_PROBE_ROWS}
+
+
 @on_real_tensors
-def linear_probe(threads: int) -> Probe:
+def linear_probe_at(threads: int, rows: int) -> Probe:
     if not torch.backends.mkldnn.is_available():
         return Probe(threads, 0.0, 0.0, LINEAR_GAIN)  # no oneDNN in this build: never pays
-    weights, x = probe_operands(LINEAR_PROBE_ROWS)
+    weights, inputs = probe_operands(rows)
+    x = inputs[PROBE_SHAPE[1]]
     linear = torch.ops.mkldnn._linear_pointwise.default
 
     def with_onednn() -> None:
         for w in weights:
             linear(x, w, None, "none", [], "")
 
-    return measured("oneDNN's linear", threads, (weights, x), with_onednn, LINEAR_GAIN)
+    form = f"oneDNN's linear ({rows} rows)"
+    return measured(form, threads, (weights, inputs), with_onednn, LINEAR_GAIN)
 
 
-def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
+def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in range(PROBE_WEIGHTS)]
-    return weights, torch.randn(rows, PROBE_SHAPE[1], generator=generator)
+    return weights, {PROBE_SHAPE[1]: torch.randn(rows, PROBE_SHAPE[1], generator=generator)}
 
 
 def measured(
     form: str,
     threads: int,
-    operands: tuple[list[torch.Tensor], torch.Tensor],
+    operands: tuple[list[torch.Tensor], dict[int, torch.Tensor]],
     other: Callable[[], None],
     needed: float,
 ) -> Probe:
-    """Time ``mm`` of ``operands`` (weights, rows) against ``other``, which reads the same
-    weights."""
-    weights, x = operands
-    outputs = [torch.empty(x.shape[0], PROBE_SHAPE[0]) for _ in weights]
+    """Time ``mm`` of ``operands`` (weights, and the rows each multiplies by its width) against
+    ``other``, which reads the same weights."""
+    weights, inputs = operands
+    pairs = [(inputs[w.shape[1]], w) for w in weights]
+    outputs = [torch.empty(x.shape[0], w.shape[0]) for x, w in pairs]
+    rows = pairs[0][0].shape[0]
 
     def with_mm() -> None:
-        for w, out in zip(weights, outputs, strict=True):
+        for (x, w), out in zip(pairs, outputs, strict=True):
             torch.mm(x, w.t(), out=out)
 
     times: dict[str, list[float]] = {"mm": [], "other": []}
@@ -205,7 +224,7 @@ def measured(
     result = Probe(threads, mm_ms, other_ms, needed)
     log.info(
         "npugraph_ex: %d-row products at %d threads: mm %.3f ms, %s %.3f ms (%.2fx): %s",
-        x.shape[0],
+        rows,
         threads,
         mm_ms,
         form,

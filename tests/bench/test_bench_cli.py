@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from npugraph_ex import host_probes
 from npugraph_ex.bench.command import WORKLOADS, add_parser
 from npugraph_ex.bench.variants import names_for
 from npugraph_ex.cli import main
@@ -56,7 +57,9 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
         assert key in record
     assert record["command"][:2] == ["npugraph-ex", "bench"]
     probes = record["environment"]["host_probes"]  # what the host's measurement decided
-    assert set(probes) == {"split", "reduction", "onednn_linear"}
+    assert set(probes) == {"split", "reduction"} | {
+        f"onednn_linear_{rows}" for rows in host_probes.LINEAR_PROBE_ROWS
+    }
     for probe in probes.values():
         assert isinstance(probe["used"], bool) and probe["mm_ms"] > 0 and probe["other_ms"] > 0
     assert record["environment"]["mkl_intel_paths"] in (True, False, None)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -238,12 +240,12 @@ class Projection(torch.nn.Module):
         return self.lin(x)
 
 
-def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+def loaded_manager(tmp_path: Path, make: Callable[[], torch.nn.Module], rows: list[int]) -> Any:
+    """A dynamic graph of ``make()`` stored by one model, loaded by a second with the same
+    weights and called with ``rows`` rows (each checked against the first): its capture
+    manager."""
     torch.manual_seed(0)
-    first, second = Projection(), Projection()
+    first, second = make(), make()
     second.load_state_dict(first.state_dict())
     with torch.no_grad(), intra_op_threads(2):
         stored = npugraph_ex.inference.cache_compile(
@@ -254,11 +256,19 @@ def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
             second.forward, cache_dir=tmp_path, dynamic=True
         )
         before = live_graph_numbers()
-        for rows in (4, 5, 12):
-            x = torch.randn(rows, 128)
+        for count in rows:
+            x = torch.randn(count, 128)
             torch.testing.assert_close(loaded(x), first(x), rtol=1e-5, atol=1e-5)
     assert loaded.cache_info()["compiled"] == 0
     (manager,) = managers_since(before)
+    return manager
+
+
+def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    manager = loaded_manager(tmp_path, Projection, [4, 5, 12])
     assert manager.stats.key_specialisation == {"specialised": 2}
 
 
@@ -266,25 +276,9 @@ def test_a_stored_graph_runs_its_products_through_onednn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(row_products, "split_pays", lambda: True)
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
-    torch.manual_seed(0)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
     # 512 x 128: the smallest weight oneDNN's pattern takes; with a bias.
-    first, second = Projection(512, bias=True), Projection(512, bias=True)
-    second.load_state_dict(first.state_dict())
-    with torch.no_grad(), intra_op_threads(2):
-        stored = npugraph_ex.inference.cache_compile(
-            first.forward, cache_dir=tmp_path, dynamic=True
-        )
-        stored(torch.randn(3, 128))
-        loaded = npugraph_ex.inference.cache_compile(
-            second.forward, cache_dir=tmp_path, dynamic=True
-        )
-        before = live_graph_numbers()
-        for rows in (4, 12):
-            x = torch.randn(rows, 128)
-            torch.testing.assert_close(loaded(x), first(x), rtol=1e-5, atol=1e-5)
-    assert loaded.cache_info()["compiled"] == 0
-    (manager,) = managers_since(before)
+    manager = loaded_manager(tmp_path, lambda: Projection(512, bias=True), [4, 12])
     ops = [set(entry.graph.step_names) for entry in manager.entries.values()]
     assert "aten.baddbmm.out" in ops[0]  # 4 rows: the split
     assert "compute_and_copy[mkldnn._linear_pointwise.default]" in ops[1]

@@ -112,19 +112,19 @@ ONEDNN_WEIGHT = (512, 128)
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_product_by_a_large_weight_goes_through_onednn(monkeypatch, bias: bool) -> None:  # noqa: ANN001
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
     x, w, b = torch.randn(MAX_ROWS + 1, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["mkldnn._linear_pointwise"] == 1
     assert ops["aten.mm"] == ops["aten.addmm"] == 0
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: False)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: False)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["mkldnn._linear_pointwise"] == 0
     assert ops["aten.addmm" if bias else "aten.mm"] == 1
 
 
 def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
     x, w, b = torch.randn(MAX_ROWS, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
     ops = specialised_ops(linear_graph(False), x, w, b)
     assert ops["aten.sum"] == 1 and ops["mkldnn._linear_pointwise"] == 0
@@ -134,7 +134,7 @@ def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> 
 def test_static_kernels_call_onednn_and_leave_inductors_lowering_as_it_was(monkeypatch) -> None:  # noqa: ANN001
     from torch._inductor import lowering
 
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
     torch._dynamo.reset()
     lowered_before = lowering.lowerings.get(onednn_linear.LINEAR)
     layer = torch.nn.Linear(128, ONEDNN_WEIGHT[0])

@@ -34,7 +34,7 @@ unit-scale values, about 11 in size)."""
 def pays(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A host where oneDNN pays and the few-row split does not (whatever this one says), on
     two threads."""
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: True)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
     monkeypatch.setattr(row_products, "split_pays", lambda: False)
     torch._dynamo.reset()
     with intra_op_threads(2):
@@ -96,7 +96,7 @@ def test_static_kernels_or_a_host_where_it_does_not_pay_keep_mm(traced, pays, mo
     x, w = torch.randn(20, 128), torch.randn(*WEIGHT)
     kept = {MM: 1, ADDMM: 0, LINEAR: 0}
     assert counts_after(traced, product, x, w, static_kernel_compile=True) == kept
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda: False)
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: False)
     assert counts_after(traced, product, x, w) == kept
 
 
@@ -153,9 +153,36 @@ def test_a_dynamic_graph_runs_each_key_as_a_graph_compiled_for_its_rows(pays, mo
     assert "aten.mm.out" not in ops[9] | ops[20]
 
 
-def test_the_host_probe_times_both_and_uses_onednn_only_with_a_clear_gain() -> None:
-    result = host_probes.linear_probe(2)
-    assert result.threads == 2 and result.mm_ms > 0 and result.other_ms > 0
-    assert result.pays == (result.mm_ms / result.other_ms >= host_probes.LINEAR_GAIN)
-    assert host_probes.linear_probe(2) is result  # measured once per process and thread count
-    assert "onednn_linear" in host_probes.decisions()
+@torch.no_grad()
+def test_row_counts_where_onednn_does_not_pay_stay_mm(traced, pays, monkeypatch) -> None:  # noqa: ANN001
+    """A host where oneDNN pays from 16 rows on only (as on MKL's Intel code paths): a graph
+    of 9 rows keeps ``mm``; a dynamic graph's 9-row key runs ``mm``, its 20-row key oneDNN."""
+    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: rows is None or rows >= 16)
+    w = torch.randn(*WEIGHT)
+    assert counts_after(traced, product, torch.randn(9, 128), w) == {MM: 1, ADDMM: 0, LINEAR: 0}
+    assert counts_after(traced, product, torch.randn(20, 128), w) == {MM: 0, ADDMM: 0, LINEAR: 1}
+    before = live_graph_numbers()
+    linear = torch.nn.Linear(128, WEIGHT[0], bias=False)
+    compiled = torch.compile(linear, backend="npugraph_ex", fullgraph=True, dynamic=True)
+    for rows in (9, 20):
+        x = torch.randn(rows, 128)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), linear(x), **TOLERANCE)
+    ops = ops_by_rows(before)
+    onednn = f"compute_and_copy[{LINEAR}]"
+    assert "aten.mm.out" in ops[9] and onednn not in ops[9]
+    assert onednn in ops[20] and "aten.mm.out" not in ops[20]
+
+
+def test_the_host_probe_times_both_per_row_count_and_uses_onednn_where_it_pays() -> None:
+    results = host_probes.linear_probe(2)
+    assert tuple(results) == host_probes.LINEAR_PROBE_ROWS
+    for result in results.values():
+        assert result.threads == 2 and result.mm_ms > 0 and result.other_ms > 0
+        assert result.pays == (result.mm_ms / result.other_ms >= host_probes.LINEAR_GAIN)
+    assert host_probes.linear_probe(2) is results  # measured once per process and thread count
+    with intra_op_threads(2):
+        assert host_probes.linear_pays(20) == results[16].pays  # 16 stands for 16 to 31
+        assert host_probes.linear_pays(3) is False  # below the first count probed
+        assert host_probes.linear_pays(None) == any(r.pays for r in results.values())
+        assert "onednn_linear_16" in host_probes.decisions()

@@ -13,8 +13,9 @@ judged on the real arguments, so the recorder records the split's kernels:
     key s0=20: mm                                           the graph as it is, no mode
 
 A product the graph runs through oneDNN's linear (``onednn_linear``, which takes symbolic row
-counts) runs the same way: as the split where the split takes it, as ``mm`` below the rows
-oneDNN pays from, as it is otherwise.
+counts) runs the same way: as the split where the split takes it, as ``mm`` where oneDNN does
+not pay at the key's row count (below 4 rows, or where the host probe says so; such keys get the
+mode too), as it is otherwise.
 
 A batch or sequence that grows one row at a time (a generation loop without a KV cache, a decode
 step over a dynamic batch) gets the kernels a graph compiled for one shape has for its few-row
@@ -43,14 +44,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.passes.graph_facts import fake_value
+from npugraph_ex.passes.patterns import onednn_linear
 from npugraph_ex.passes.patterns.onednn_linear import LINEAR, plain_or_split
 from npugraph_ex.passes.patterns.row_products import MAX_ROWS, split_of
 
 log = logging.getLogger(__name__)
 
 PRODUCTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, LINEAR)
-"""The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``, and oneDNN's linear,
-which ``onednn_linear`` leaves where neither is)."""
+"""The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``), and oneDNN's linear,
+which ``onednn_linear`` puts in place of such products where their row count is symbolic."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,15 @@ class RowPlan:
                 bound[name] = arg.shape[dim]
         return [evaluate(expr, bound) for expr in self.rows]
 
-    def has_few_rows(self, args: Sequence[Any]) -> bool:
-        """Whether a product has at most ``MAX_ROWS`` rows for ``args``."""
-        return any(count is not None and count <= MAX_ROWS for count in self.counts(args))
+    def wants_own_kernels(self, args: Sequence[Any]) -> bool:
+        """Whether a product has at most ``MAX_ROWS`` rows for ``args``, or a row count at
+        which oneDNN's linear, which the graph may hold, does not pay on this host."""
+        onednn_in_use = onednn_linear.linear_pays(None)
+        return any(
+            count is not None
+            and (count <= MAX_ROWS or (onednn_in_use and not onednn_linear.linear_pays(count)))
+            for count in self.counts(args)
+        )
 
 
 def symbolic_rows(gm: torch.fx.GraphModule) -> list[sympy.Expr]:
@@ -190,7 +198,7 @@ class KeySpecialiser:
 
     def graph_for(self, args: Sequence[Any], counts: Counter) -> Callable[..., Any] | None:
         """What to run for ``args`` in place of the graph, or None to run it as it is."""
-        if not self.plan.has_few_rows(args):
+        if not self.plan.wants_own_kernels(args):
             return None
         return SplitRun(self.fn, self.name, counts)
 

@@ -4,7 +4,7 @@ ATen runs ``nn.Linear``'s product (``mm``/``addmm`` by the transposed weight) th
 hosts where MKL takes a generic code path (the AMD CPU the figures below were measured on), a
 product of a few to a few hundred rows by a weight larger than the caches runs at a third to a
 half of what the same cores reach on large matrices; oneDNN's inner product, which ATen ships
-for its own fused CPU kernels, runs the same product from the plain weight 1.4x to 3x faster:
+for its own fused CPU kernels, runs the same product from the plain weight 1.2x to 3.3x faster:
 
     before: %y = aten.mm(%x, aten.t(%w))             x: [M, K], w: [N, K] (nn.Linear's layout)
     after:  %y = mkldnn._linear_pointwise(%x, %w, None, "none", [], "")
@@ -12,15 +12,15 @@ for its own fused CPU kernels, runs the same product from the plain weight 1.4x 
     after:  %y = mkldnn._linear_pointwise(%x, %w, %b, "none", [], "")
 
 No copy of the weight is made (oneDNN reads it as the model holds it, so a weight changed in
-place between calls is read as it is then). ``python benchmarks/onednn_linear.py`` times the
-tiny Qwen3's 29 products and Qwen3-0.6B's at 1 to 256 rows, in one process, interleaved: the
-tiny model's run 1.4x to 1.8x faster from 4 rows on with weights of at least
-``MIN_WEIGHT_ELEMENTS``; with smaller weights oneDNN's fixed cost per call (about 10 us here)
-makes it slower than ``mm``, and at one row too (0.82x). Qwen3-0.6B's 1.8x (one row) to 3.3x.
+place between calls is read as it is then). ``python benchmarks/few_row_products.py --onednn``
+times the tiny Qwen3's 29 products both ways at 1 to 256 rows, interleaved: 1.2x to 1.7x faster
+from 4 rows on, 0.94x at one row. Timed per weight size, oneDNN's fixed cost per call (about
+10 us here) makes it slower than ``mm`` on weights below ``MIN_WEIGHT_ELEMENTS``. Qwen3-0.6B's
+larger weights gain 1.8x (one row) to 3.3x (``docs/benchmarks.md``, "Products through oneDNN").
 
 Applied to float32 CPU products whose weight is contiguous and has at least
 ``MIN_WEIGHT_ELEMENTS``, whose row count is symbolic or at least ``MIN_ROWS``, that the few-row
-split (``row_products``, registered first) does not take, on a host where a measurement says
+split (``row_products``, whose pass runs first) does not take, on a host where a measurement says
 oneDNN pays (``host_probes.linear_pays``: once per process; on hosts where MKL runs its fast
 path it does not, and nothing changes). A key of a dynamic graph with fewer rows runs the
 product as ``mm`` or the split (``capture/key_shapes``, through ``plain_or_split``). With
@@ -92,7 +92,7 @@ def takes(x: torch.Tensor, w: torch.Tensor, b: Any = None) -> bool:
         and w.numel() >= MIN_WEIGHT_ELEMENTS
         and (b is None or one_bias_per_row(b, w))
         and torch.backends.mkldnn.is_available()
-        and linear_pays()
+        and linear_pays(rows if isinstance(rows, int) else None)
     )
 
 
@@ -110,7 +110,8 @@ def linear_takes_with_bias(match: Any) -> bool:
 def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
     """For a call of oneDNN's linear in a key whose sizes are now known: the few-row split
     where it takes the product, else ``mm``/``addmm`` where the product has fewer than
-    ``MIN_ROWS`` rows (what a graph compiled for these sizes runs); None to run it as it is."""
+    ``MIN_ROWS`` rows or a row count oneDNN does not pay at (what a graph compiled for these
+    sizes runs); None to run it as it is."""
     from npugraph_ex.passes.patterns.row_products import split_of
 
     if op is not LINEAR or len(args) != 6:
@@ -121,7 +122,7 @@ def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
     split = split_of(plain, plain_args)
     if split is not None:
         return split
-    if x.shape[0] < MIN_ROWS:
+    if x.shape[0] < MIN_ROWS or not linear_pays(x.shape[0]):
         return lambda: plain(*plain_args)
     return None
 
