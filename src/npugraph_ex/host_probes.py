@@ -51,7 +51,8 @@ LINEAR_GAIN = 1.1
 LINEAR_PROBE_ROWS = (4, 8, 16, 32, 64, 128)
 """Row counts oneDNN's probe times, each standing for the counts up to the next. Which form wins
 depends on the count, not only on the host: on MKL's Intel code paths oneDNN ran products of 4
-rows at 0.3x to 0.4x of ``mm`` and of 16 rows at 1.35x to 3.3x (``benchmarks/mkl_intel_path.py``)."""
+rows at 0.3x to 0.4x of ``mm`` and of 16 rows at 1.35x to 3.3x
+(``benchmarks/mkl_intel_path.py``)."""
 
 
 @dataclass(frozen=True)
