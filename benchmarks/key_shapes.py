@@ -96,8 +96,11 @@ def measure(
         for x in inputs.values():
             fn(x)
     times: dict[str, dict[int, list[float]]] = {v: {k: [] for k in inputs} for v in fns}
-    for _ in range(repeats):
-        for variant, fn in fns.items():
+    order = list(fns.items())
+    for round_ in range(repeats):
+        # Each round starts with the next variant: no variant is always timed first or last.
+        shift = round_ % len(order)
+        for variant, fn in order[shift:] + order[:shift]:
             for size, x in inputs.items():
                 times[variant][size].append(time_calls(lambda f=fn, a=x: f(a), calls))
     return {v: {k: median(t) for k, t in per.items()} for v, per in times.items()}

@@ -20,10 +20,12 @@ larger weights gain 1.8x (one row) to 3.3x (``docs/benchmarks.md``, "Products th
 
 Applied to float32 CPU products whose weight is contiguous and has at least
 ``MIN_WEIGHT_ELEMENTS``, whose row count is symbolic or at least ``MIN_ROWS``, that the few-row
-split (``row_products``, whose pass runs first) does not take, on a host where a measurement says
-oneDNN pays (``host_probes.linear_pays``: once per process; on hosts where MKL runs its fast
-path it does not, and nothing changes). A key of a dynamic graph with fewer rows runs the
-product as ``mm`` or the split (``capture/key_shapes``, through ``plain_or_split``). With
+split (``row_products``, whose pass runs first) does not take, at a row count where a
+measurement says oneDNN pays on this host (``host_probes.linear_pays``: once per process, at six
+row counts; MKL's Intel code paths are fast at some counts and slow at others, so the answer is
+per count, not per host; a symbolic count is taken where oneDNN pays at some count). A key of a
+dynamic graph at a count where it does not pay runs the product as ``mm`` or the split
+(``capture/key_shapes``, through ``plain_or_split``). With
 ``static_kernel_compile`` this pattern does not run; each key's decomposition puts in the same
 call where ``takes`` says so, and the generated code calls it (``kernels/decompositions``).
 
