@@ -21,7 +21,8 @@ products (one row; ``LINEAR_PROBE_ROWS`` for oneDNN) by weights larger than the 
 against the other form, interleaved, the fastest of ``PROBE_ROUNDS`` rounds each (another
 process busy on the cores slows some rounds, not all); a rewrite is kept only with a clear gain
 (``SPLIT_GAIN``, ``REDUCTION_GAIN``, ``LINEAR_GAIN``). About 50 ms each on the reference
-machine, 0.5 s for oneDNN's six row counts; the ``npugraph_ex`` logger says at INFO what it measured.
+machine, 0.5 s for oneDNN's six row counts; the ``npugraph_ex`` logger says at INFO what it
+measured.
 """
 
 from __future__ import annotations
