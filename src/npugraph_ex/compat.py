@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "MIN_TORCH",
     "check_torch_version",
+    "onednn_linear_op",
     "parse_version",
     "source_guard",
     "source_name",
@@ -79,3 +80,12 @@ def dynamo_cache_entries(code: Any) -> list[Any]:
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     return list(_debug_get_cache_entry_list(code))
+
+
+def onednn_linear_op() -> Any:
+    """oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise.default``), or None in a
+    torch build without oneDNN, which does not register it."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    packet = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    return None if packet is None else packet.default

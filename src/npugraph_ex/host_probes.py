@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from npugraph_ex.compat import onednn_linear_op
+
 log = logging.getLogger(__name__)
 
 PROBE_WEIGHTS = 8
@@ -178,11 +180,11 @@ def linear_probe(threads: int) -> dict[int, Probe]:
 
 @on_real_tensors
 def linear_probe_at(threads: int, rows: int) -> Probe:
-    if not torch.backends.mkldnn.is_available():
+    linear = onednn_linear_op()
+    if linear is None:
         return Probe(threads, 0.0, 0.0, LINEAR_GAIN)  # no oneDNN in this build: never pays
     weights, inputs = probe_operands(rows)
     x = inputs[PROBE_SHAPE[1]]
-    linear = torch.ops.mkldnn._linear_pointwise.default
 
     def with_onednn() -> None:
         for w in weights:

@@ -50,7 +50,9 @@ from npugraph_ex.passes.patterns.row_products import MAX_ROWS, split_of
 
 log = logging.getLogger(__name__)
 
-PRODUCTS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, LINEAR)
+PRODUCTS = tuple(
+    op for op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, LINEAR) if op is not None
+)
 """The products the split takes (``mm(x, w.t())``, ``addmm(b, x, w.t())``), and oneDNN's linear,
 which ``onednn_linear`` puts in place of such products where their row count is symbolic."""
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.compat import onednn_linear_op
 from npugraph_ex.host_probes import linear_pays
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_bias_per_row, one_kind
 
@@ -54,7 +55,8 @@ MIN_ROWS = 4
 """Fewest rows taken: at one row the tiny model's products run at 0.82x of ``mm``, at two at
 0.97x, at four 1.39x (a one-row product is the split's, where the split pays)."""
 
-LINEAR = torch.ops.mkldnn._linear_pointwise.default
+LINEAR = onednn_linear_op()
+"""None in a torch build without oneDNN: then nothing is taken."""
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -93,7 +95,7 @@ def takes(x: torch.Tensor, w: torch.Tensor, b: Any = None) -> bool:
         and w.is_contiguous()
         and w.numel() >= MIN_WEIGHT_ELEMENTS
         and (b is None or one_bias_per_row(b, w))
-        and torch.backends.mkldnn.is_available()
+        and LINEAR is not None
         and linear_pays(rows if isinstance(rows, int) else None)
     )
 
@@ -116,7 +118,7 @@ def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
     sizes runs); None to run it as it is."""
     from npugraph_ex.passes.patterns.row_products import split_of
 
-    if op is not LINEAR or len(args) != 6:
+    if LINEAR is None or op is not LINEAR or len(args) != 6:
         return None
     x, w, b = args[:3]
     plain = torch.ops.aten.mm.default if b is None else torch.ops.aten.addmm.default
