@@ -100,6 +100,12 @@ def test_static_kernels_or_a_host_where_it_does_not_pay_keep_mm(traced, pays, mo
     assert counts_after(traced, product, x, w) == kept
 
 
+def test_a_torch_build_without_onednn_keeps_mm(traced, pays, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(onednn_linear, "LINEAR", None)  # what compat.onednn_linear_op gives there
+    x, w = torch.randn(20, 128), torch.randn(*WEIGHT)
+    assert counts_after(traced, product, x, w) == {MM: 1, ADDMM: 0, LINEAR: 0}
+
+
 def test_few_rows_the_split_takes_are_split_not_linear(traced, pays, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(row_products, "split_pays", lambda: True)
     x, w = torch.randn(MIN_ROWS, 128), torch.randn(*WEIGHT)
