@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -39,6 +40,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from npugraph_ex.compat import onednn_linear_op
 
 log = logging.getLogger(__name__)
+
+Measured = TypeVar("Measured")
 
 PROBE_WEIGHTS = 8
 PROBE_SHAPE = (1024, 512)
@@ -119,16 +122,15 @@ def decisions() -> dict[str, dict[str, float | bool]]:
     }
 
 
-def on_real_tensors(probe: Callable[..., Probe]) -> Callable[..., Probe]:
-    """Run ``probe`` once per thread count (and row count, where it takes one), on real
-    tensors even when called under a dispatch mode (a pass that checks a match may run under
-    the compile's fake tensor mode)."""
+def on_real_tensors(probe: Callable[[int], Measured]) -> Callable[[int], Measured]:
+    """Run ``probe`` once per thread count, on real tensors even when called under a dispatch
+    mode (a pass that checks a match may run under the compile's fake tensor mode)."""
 
     @functools.cache
     @functools.wraps(probe)
-    def run(*counts: int) -> Probe:
+    def run(threads: int) -> Measured:
         with _disable_current_modes():
-            return probe(*counts)
+            return probe(threads)
 
     return run
 
@@ -137,8 +139,7 @@ def on_real_tensors(probe: Callable[..., Probe]) -> Callable[..., Probe]:
 def split_probe(threads: int) -> Probe:
     if threads < 2:
         return Probe(threads, 0.0, 0.0, SPLIT_GAIN)  # nothing to split over: never pays
-    weights, inputs = probe_operands()
-    x = inputs[PROBE_SHAPE[1]]
+    weights, x = probe_operands()
     rows, depth = PROBE_SHAPE
     columns = x.t().unsqueeze(0).expand(threads, depth, 1)
     blocks = [w.view(threads, rows // threads, depth) for w in weights]
@@ -148,7 +149,7 @@ def split_probe(threads: int) -> Probe:
         for block, out in zip(blocks, outputs, strict=True):
             torch.bmm(block, columns, out=out)
 
-    return measured("split over the threads", threads, (weights, inputs), split, SPLIT_GAIN)
+    return measured("split over the threads", threads, (weights, x), split, SPLIT_GAIN)
 
 
 @on_real_tensors
@@ -157,7 +158,7 @@ def reduction_probe(threads: int) -> Probe:
     reads a weight slower than a plain vectorised reduction does, and one thread each answers
     it without the other cores' load in the answer (two threads' rounds under another process's
     load varied by 2x; one thread's by 15%)."""
-    weights, inputs = probe_operands()
+    weights, x = probe_operands()
     outputs = [torch.empty(PROBE_SHAPE[0]) for _ in weights]
 
     def row_sums() -> None:
@@ -167,55 +168,51 @@ def reduction_probe(threads: int) -> Probe:
     form = "a reduction over the weight's rows (one thread each)"
     torch.set_num_threads(1)
     try:
-        return measured(form, 1, (weights, inputs), row_sums, REDUCTION_GAIN)
+        return measured(form, 1, (weights, x), row_sums, REDUCTION_GAIN)
     finally:
         torch.set_num_threads(threads)
 
 
-@functools.cache
+@on_real_tensors
 def linear_probe(threads: int) -> dict[int, Probe]:
     """oneDNN against ``mm`` at each of ``LINEAR_PROBE_ROWS``."""
     return {rows: linear_probe_at(threads, rows) for rows in LINEAR_PROBE_ROWS}
 
 
-@on_real_tensors
 def linear_probe_at(threads: int, rows: int) -> Probe:
     linear = onednn_linear_op()
     if linear is None:
         return Probe(threads, 0.0, 0.0, LINEAR_GAIN)  # no oneDNN in this build: never pays
-    weights, inputs = probe_operands(rows)
-    x = inputs[PROBE_SHAPE[1]]
+    weights, x = probe_operands(rows)
 
     def with_onednn() -> None:
         for w in weights:
             linear(x, w, None, "none", [], "")
 
     form = f"oneDNN's linear ({rows} rows)"
-    return measured(form, threads, (weights, inputs), with_onednn, LINEAR_GAIN)
+    return measured(form, threads, (weights, x), with_onednn, LINEAR_GAIN)
 
 
-def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
+def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in range(PROBE_WEIGHTS)]
-    return weights, {PROBE_SHAPE[1]: torch.randn(rows, PROBE_SHAPE[1], generator=generator)}
+    return weights, torch.randn(rows, PROBE_SHAPE[1], generator=generator)
 
 
 def measured(
     form: str,
     threads: int,
-    operands: tuple[list[torch.Tensor], dict[int, torch.Tensor]],
+    operands: tuple[list[torch.Tensor], torch.Tensor],
     other: Callable[[], None],
     needed: float,
 ) -> Probe:
-    """Time ``mm`` of ``operands`` (weights, and the rows each multiplies by its width) against
-    ``other``, which reads the same weights."""
-    weights, inputs = operands
-    pairs = [(inputs[w.shape[1]], w) for w in weights]
-    outputs = [torch.empty(x.shape[0], w.shape[0]) for x, w in pairs]
-    rows = pairs[0][0].shape[0]
+    """Time ``mm`` of ``operands`` (weights, the rows they multiply) against ``other``, which
+    reads the same weights."""
+    weights, x = operands
+    outputs = [torch.empty(x.shape[0], PROBE_SHAPE[0]) for _ in weights]
 
     def with_mm() -> None:
-        for (x, w), out in zip(pairs, outputs, strict=True):
+        for w, out in zip(weights, outputs, strict=True):
             torch.mm(x, w.t(), out=out)
 
     times: dict[str, list[float]] = {"mm": [], "other": []}
@@ -229,7 +226,7 @@ def measured(
     result = Probe(threads, mm_ms, other_ms, needed)
     log.info(
         "npugraph_ex: %d-row products at %d threads: mm %.3f ms, %s %.3f ms (%.2fx): %s",
-        rows,
+        x.shape[0],
         threads,
         mm_ms,
         form,

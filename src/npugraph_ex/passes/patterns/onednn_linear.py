@@ -63,16 +63,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Te
     return LINEAR(x, w, b, "none", [], "")
 
 
-def search(x, w):  # noqa: ANN001, ANN201
-    return torch.mm(x, w.t())
-
-
 def replace(x, w):  # noqa: ANN001, ANN201
     return linear(x, w, None)
-
-
-def search_with_bias(b, x, w):  # noqa: ANN001, ANN201
-    return torch.addmm(b, x, w.t())
 
 
 def replace_with_bias(b, x, w):  # noqa: ANN001, ANN201
@@ -132,11 +124,10 @@ def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
 
 
 def register(pass_dict: Any) -> None:
-    from npugraph_ex.passes.patterns import add_replacement, trace_aten
+    """The split's search (``row_products``), replaced by oneDNN's call; in its own pass, after
+    the split's (one pass cannot hold the same search twice)."""
+    from npugraph_ex.passes.patterns.row_products import register_linear_forms
 
-    x, w, b = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4)
-    for search_fn, replace_fn, inputs, check in (
-        (search, replace, [x, w], linear_takes),
-        (search_with_bias, replace_with_bias, [b, x, w], linear_takes_with_bias),
-    ):
-        add_replacement(pass_dict, search_fn, replace_fn, inputs, trace_aten, check)
+    register_linear_forms(
+        pass_dict, (replace, linear_takes), (replace_with_bias, linear_takes_with_bias), rows=4
+    )

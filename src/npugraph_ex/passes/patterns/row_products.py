@@ -135,13 +135,8 @@ def splits(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def splittable_with_bias(match: Any) -> bool:
-    """``splittable``, with a bias ``splits_with_bias`` takes."""
-    return splittable(match) and splits_with_bias(bound(match, "b"), bound(match, "w"))
-
-
-def splits_with_bias(b: Any, w: torch.Tensor) -> bool:
-    """A bias of one float32 value per weight row, on the weight's device."""
-    return one_bias_per_row(b, w)
+    """``splittable``, with a bias of one float32 value per weight row (``one_bias_per_row``)."""
+    return splittable(match) and one_bias_per_row(bound(match, "b"), bound(match, "w"))
 
 
 def split_of(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
@@ -159,17 +154,30 @@ def split_of(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
         return None
     if bias is None:
         return lambda: replace(x, w)
-    if not splits_with_bias(bias, w):
+    if not one_bias_per_row(bias, w):
         return None
     return lambda: replace_with_bias(bias, x, w)
 
 
 def register(pass_dict: Any) -> None:
+    register_linear_forms(
+        pass_dict, (replace, splittable), (replace_with_bias, splittable_with_bias), rows=1
+    )
+
+
+def register_linear_forms(
+    pass_dict: Any,
+    without_bias: tuple[Callable[..., Any], Callable[[Any], bool]],
+    with_bias: tuple[Callable[..., Any], Callable[[Any], bool]],
+    rows: int,
+) -> None:
+    """Replace a linear layer's product (``search``, ``search_with_bias``) by each form's
+    replacement where its check takes the match (example inputs of ``rows`` rows)."""
     from npugraph_ex.passes.patterns import add_replacement, trace_aten
 
-    x, w, b = torch.randn(1, 8), torch.randn(4, 8), torch.randn(4)
-    for search_fn, replace_fn, inputs, check in (
-        (search, replace, [x, w], splittable),
-        (search_with_bias, replace_with_bias, [b, x, w], splittable_with_bias),
+    x, w, b = torch.randn(rows, 8), torch.randn(4, 8), torch.randn(4)
+    for search_fn, (replace_fn, check), inputs in (
+        (search, without_bias, [x, w]),
+        (search_with_bias, with_bias, [b, x, w]),
     ):
         add_replacement(pass_dict, search_fn, replace_fn, inputs, trace_aten, check)
