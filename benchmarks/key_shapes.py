@@ -1,4 +1,4 @@
-"""What each key's choice of product kernels buys a graph compiled with ``dynamic=True``.
+"""What each key's choice of kernels buys a graph compiled with ``dynamic=True``.
 
 The tiny Qwen3 without a KV cache, called on every length of ``--lengths`` (the growing loop's
 shapes: a sequence of one prompt, one token longer each call) and, one token per sequence, on
@@ -7,8 +7,9 @@ every batch size of ``--batches`` (a decode step whose batch varies). Each is co
 products split per key, ``capture/key_shapes.py``; the others through oneDNN where the host
 probe says it pays, ``passes/patterns/onednn_linear.py``), npugraph_ex with every key capturing
 the graph as compiled (the specialiser switched off for that compile), and npugraph_ex with its
-products left to ``mm`` (oneDNN switched off for that compile) run every shape ``--calls`` times
-per repeat.
+products left to ``mm`` (oneDNN switched off for that compile), and npugraph_ex replaying the
+steps that depend on a key's sizes alone (``runtime/cpu_constants.py``, switched off for that
+compile) run every shape ``--calls`` times per repeat.
 Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
 
     python benchmarks/key_shapes.py
@@ -39,9 +40,16 @@ from npugraph_ex.bench.presets import build_qwen3
 from npugraph_ex.bench.variants import own_code
 from npugraph_ex.passes.patterns import onednn_linear
 from npugraph_ex.passes.patterns.row_products import MAX_ROWS
+from npugraph_ex.runtime.cpu import CpuRuntime
 
 NAME = "key_shapes"
-VARIANTS = ("eager", "npugraph_ex", "npugraph_ex, keys as compiled", "npugraph_ex, products by mm")
+VARIANTS = (
+    "eager",
+    "npugraph_ex",
+    "npugraph_ex, keys as compiled",
+    "npugraph_ex, products by mm",
+    "npugraph_ex, constants replayed",
+)
 
 
 def compiled(
@@ -89,9 +97,13 @@ def measure(
         "npugraph_ex, products by mm": compiled(
             step, "by_mm", (onednn_linear, "linear_pays", lambda rows=None: False), static_kernels
         ),
+        "npugraph_ex, constants replayed": compiled(
+            step, "replayed", (CpuRuntime, "fold_constants", False)
+        ),
     }
     if static_kernels:
         del fns["npugraph_ex, keys as compiled"]
+        del fns["npugraph_ex, constants replayed"]
     for fn in fns.values():
         for x in inputs.values():
             fn(x)

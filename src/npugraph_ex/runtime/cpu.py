@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.cpu_bindings import fastest_call
+from npugraph_ex.runtime.cpu_constants import Constants
 from npugraph_ex.runtime.cpu_heap import release_free_heap
 from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu_lanes import (
@@ -132,42 +133,53 @@ class CpuGraph(CapturedGraph):
         pool: CpuPool | None,
         owned_inputs: Sequence[torch.Tensor] = (),
         watched: Sequence[WatchPoint] = (),
+        fold_constants: bool = True,
     ):
+        concurrent = recorder.step_kinds["join"] > 0
+        released = recorder.releaser.released if recorder.releaser else {}
+        fixed = storage_keys(inputs) | storage_keys(owned_inputs)
+        recorded = recorder.steps
+        self.constants = (
+            Constants(recorder, fixed | storage_keys(outputs), released)
+            if fold_constants and pool is not None and not watched
+            else Constants.none()
+        )
+        """The steps run once at capture, and the memory they keep (``cpu_constants``)."""
+        recorded = self.constants.others(recorded)
+        lanes = self.constants.others(recorder.step_lanes)
         steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
-            for fn, args, kwargs in recorder.steps
+            for fn, args, kwargs in recorded
         ]
         self.step_count = len(steps)
         self.step_names = [
             sys.intern(str(fn) if isinstance(fn, OpOverload) else fn.__qualname__)
-            for fn, _, _ in recorder.steps
+            for fn, _, _ in recorded
         ]
         """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
-        concurrent = recorder.step_kinds["join"] > 0
         self.replay_steps = (
-            LaneProgram(steps, recorder.step_lanes, recorder.lanes.tags)
-            if concurrent
-            else straight_line(steps)
+            LaneProgram(steps, lanes, recorder.lanes.tags) if concurrent else straight_line(steps)
         )
         """The steps as one generated function (``cpu_program``), or, with stream blocks
         planned, as a main path handing blocks to workers (``cpu_lanes``): what a replay
         calls."""
-        self.step_kinds = recorder.step_kinds
-        """How many steps run through an ``out=`` overload, in place, or compute-and-copy."""
+        self.step_kinds = recorder.step_kinds + Counter(constant=len(self.constants.steps))
+        """How many steps run through an ``out=`` overload, in place, or compute-and-copy, and
+        how many ran once at capture (``constant``)."""
         self.outputs = outputs
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
         movable = (recorder.allocated | storage_keys(owned_inputs)) - storage_keys(inputs)
+        movable -= self.constants.storages
         step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:
-            keep_block_memory(steps, recorder.step_lanes, step_tensors)
+            keep_block_memory(steps, lanes, step_tensors)
         for ready, _, value in watched if steps else ():
             step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
         self.watched = list(watched)
         """Each node's value and the steps after which it is complete (a watched capture)."""
         self.kept_steps = steps if concurrent or watched else None
         """The step list, kept where a replay walks it; else read back when asked (``steps``)."""
-        released = recorder.releaser.released if recorder.releaser else {}
         plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
         self.placed = pool.place(plan) if pool is not None else None
         if self.placed is not None and self.kept_steps is None:
@@ -176,6 +188,7 @@ class CpuGraph(CapturedGraph):
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
+        self._pool_bytes += self.constants.nbytes
         self.capture_outputs = caller_aliases(outputs)
 
     def replay(self) -> list[Any]:
@@ -233,6 +246,7 @@ class CpuGraph(CapturedGraph):
         self.watched = []
         self.outputs = []
         self.unplaced = None
+        self.constants = Constants.none()
         self._pool_bytes = 0
 
     @property
@@ -267,6 +281,9 @@ class CpuRuntime(DeviceRuntime):
     plan_memory = True
     """False captures without pools: every tensor keeps its own allocation (for comparisons)."""
 
+    fold_constants = True
+    """False replays every step, the constant ones too (``cpu_constants``; for comparisons)."""
+
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         with torch.no_grad():
             for _ in range(iters):
@@ -297,7 +314,7 @@ class CpuRuntime(DeviceRuntime):
         owned = [args[i] for i in owned_inputs]
         fixed = [a for i, a in enumerate(args) if i not in owned_inputs]
         watched = fn.points if isinstance(fn, WatchedRun) else ()
-        graph = CpuGraph(recorder, outputs, fixed, pool, owned, watched)
+        graph = CpuGraph(recorder, outputs, fixed, pool, owned, watched, self.fold_constants)
         del recorder, outputs, watched  # the capture's own storages, now moved into the pool
         release_free_heap()
         return graph

@@ -193,6 +193,7 @@ def compute_and_copy(
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
+    run.computes = op  # what ``cpu_constants`` reads the step's effects from
     return run, (targets, *args), kwargs
 
 

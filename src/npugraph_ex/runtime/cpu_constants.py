@@ -1,0 +1,194 @@
+"""Steps whose results no replay can change: run once at capture, not on every replay.
+
+Part of a graph depends only on the sizes of a key, which are fixed, not on any input's values:
+the positions ``arange(n)`` of a forward without a cache, the causal mask built from them, the
+scalars its comparisons make. Every replay would recompute the same bytes. A step is *constant*
+when everything it reads is a constant tensor of the graph or the result of constant steps
+before it, and everything it writes is written by constant steps only. Those steps run once,
+when the key is captured, into memory of their own (outside the pool, whose bytes other keys and
+later steps reuse); the replay skips them.
+
+    captured:  arange.out(20, out=P); le.Tensor_out(P, P', out=M); where.self_out(M, x, y, out=Z)
+    replayed:  where.self_out(M, x, y, out=Z)            (P and M hold their captured values)
+
+What never folds: a step that reads an input, a parameter or a buffer (their values may change
+between calls), a random kernel, anything but an ATen or prims kernel (collectives, custom ops,
+host effects), a step that writes an output (the caller may change it in place), and a step
+writing a storage larger than ``MAX_BYTES``: a constant keeps its memory for the key's life, where
+the pool shares an intermediate's bytes between keys (a float causal mask of 2048 positions is
+16 MiB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from npugraph_ex.runtime.cpu_lanes import wait_nothing
+from npugraph_ex.runtime.cpu_memory import storage_key, tensors_in
+from npugraph_ex.runtime.cpu_steps import Step
+from npugraph_ex.schemas import is_collective
+
+MAX_BYTES = 16 * 1024
+"""Largest storage a constant step may write (a float mask of 64 x 64 positions). A constant
+keeps its bytes for the key's life, so a graph with many keys keeps many (``key_memory.py``);
+the kernels worth skipping are the small ones, whose fixed cost is most of their time."""
+
+FOLDABLE_NAMESPACES = frozenset({"aten", "prims"})
+
+
+@dataclass(frozen=True)
+class Access:
+    """The storages (``cpu_memory.storage_key``) one step reads and writes."""
+
+    reads: frozenset[int]
+    writes: frozenset[int]
+
+
+def step_op(step: Step) -> OpOverload | None:
+    """The ATen or prims kernel a step runs (itself, or the op of a compute-and-copy step), or
+    None: a collective, a custom op, a host effect, whose effects a schema may not tell."""
+    fn = step[0]
+    op = fn if isinstance(fn, OpOverload) else getattr(fn, "computes", None)
+    if not isinstance(op, OpOverload) or op.namespace not in FOLDABLE_NAMESPACES:
+        return None
+    return None if is_collective(op) else op
+
+
+def foldable_op(op: OpOverload | None) -> bool:
+    """Whether ``op`` (a ``step_op``) is known, its result depends on its arguments alone (no
+    seed) and it changes no tensor's geometry."""
+    unfit = {torch.Tag.nondeterministic_seeded, torch.Tag.inplace_view}
+    return op is not None and not unfit & set(op.tags)
+
+
+def schema_access(op: OpOverload, args: tuple, kwargs: dict) -> Access:
+    """Reads and writes of a call of ``op``, from its schema's alias annotations."""
+    reads: set[int] = set()
+    writes: set[int] = set()
+    for position, argument in enumerate(op._schema.arguments):
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        (writes if written else reads).update(storage_key(t) for t in tensors_in(value))
+    return Access(frozenset(reads), frozenset(writes))
+
+
+def step_access(step: Step) -> Access | None:
+    """What a recorded step reads and writes, or None where that is not known (a step without a
+    ``step_op``, other than a join)."""
+    fn, args, kwargs = step
+    if fn is wait_nothing:  # a stream block's join: it waits, touching no tensor
+        return Access(frozenset(), frozenset())
+    op = step_op(step)
+    if op is None:
+        return None
+    if isinstance(fn, OpOverload):
+        return schema_access(op, args, kwargs)
+    targets, *call_args = args  # a compute-and-copy step (``cpu_steps``)
+    access = schema_access(op, tuple(call_args), kwargs)
+    written = frozenset(storage_key(t) for t in targets)
+    return Access(access.reads | access.writes, access.writes | written)
+
+
+def constant_steps(
+    steps: Sequence[Step], varying: set[int], constants: set[int], sizes: dict[int, int]
+) -> list[int]:
+    """Indices of the constant steps of ``steps``, in order.
+
+    ``varying``: storages whose values may change between replays (inputs, parameters, buffers,
+    outputs). What an asynchronous op (a collective) reads or writes varies too: its step's
+    effects are not ``step_access``'s to tell, so every tensor it touches counts as written.
+    ``constants``: storages no kernel allocated that are not varying (the graph's own constant
+    tensors). ``sizes``: bytes of each storage.
+    """
+    access = [step_access(step) for step in steps]
+    candidates = {
+        i
+        for i, a in enumerate(access)
+        if a is not None
+        and foldable_op(step_op(steps[i]))
+        and all(sizes.get(key, 0) <= MAX_BYTES for key in a.writes)
+    }
+    while True:
+        written_by: dict[int, list[int]] = {}
+        for i in sorted(candidates):
+            for key in access[i].writes:
+                written_by.setdefault(key, []).append(i)
+        changing = set(varying)
+        for i, (step, a) in enumerate(zip(steps, access, strict=True)):
+            if i in candidates:
+                continue
+            if a is None:
+                changing.update(storage_key(t) for t in tensors_in(step[1:]))
+                continue
+            changing.update(a.writes)
+            # A value read between two constant writes is not the one every replay ends with.
+            changing.update(k for k in a.reads if k in written_by and read_midway(i, written_by[k]))
+        kept = {
+            i
+            for i in candidates
+            if not (access[i].reads | access[i].writes) & changing
+            and all(reads_settled(i, key, written_by, constants) for key in access[i].reads)
+        }
+        if kept == candidates:
+            return sorted(kept)
+        candidates = kept
+
+
+def read_midway(index: int, writers: list[int]) -> bool:
+    return writers[0] < index < writers[-1]
+
+
+def reads_settled(
+    index: int, key: int, written_by: dict[int, list[int]], constants: set[int]
+) -> bool:
+    """Whether step ``index`` reads a value of ``key`` that is the same on every replay: a
+    constant tensor, or a storage every write of which comes before (or, for an in-place step, at)
+    ``index``, after at least one earlier write."""
+    writers = written_by.get(key)
+    if writers is None:
+        return key in constants
+    return writers[0] < index and writers[-1] <= index
+
+
+class Constants:
+    """The constant steps of one capture, run once into memory of their own.
+
+    Built from the capture's recorder: which steps are constant (``constant_steps``), the
+    storages they write (left out of memory planning: they keep their own bytes, given back
+    where the capture freed them as dead) and a run of those steps, so that the values are in
+    place before the first replay.
+    """
+
+    def __init__(self, recorder: Any, varying: set[int], released: dict[int, int]):
+        steps = recorder.steps
+        stored = {storage_key(t): t.untyped_storage() for t in tensors_in(steps)}
+        sizes = {key: released.get(key) or s.nbytes() for key, s in stored.items()}
+        constants = set(stored) - recorder.allocated - varying
+        indices = constant_steps(steps, varying, constants, sizes)
+        self.steps = [steps[i] for i in indices]
+        self.folded = set(indices)
+        self.storages = {key for i in indices for key in step_access(steps[i]).writes}
+        self.nbytes = sum(sizes[key] for key in self.storages)
+        for key in self.storages:
+            if stored[key].nbytes() == 0 and released.get(key):
+                stored[key].resize_(released[key])
+        with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
+            for fn, args, kwargs in self.steps:
+                fn(*args, **kwargs)
+
+    @classmethod
+    def none(cls) -> Constants:
+        """No constant steps (a capture that replays every step)."""
+        empty = cls.__new__(cls)
+        empty.steps, empty.folded, empty.storages, empty.nbytes = [], set(), set(), 0
+        return empty
+
+    def others(self, per_step: Sequence[Any]) -> list[Any]:
+        """Of ``per_step`` (the recorded steps, or anything listed one per step, such as their
+        stream lanes), the entries of the steps a replay runs: all but the constant ones."""
+        return [item for i, item in enumerate(per_step) if i not in self.folded]
