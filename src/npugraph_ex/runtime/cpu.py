@@ -7,7 +7,8 @@ kernels allocated then move into a pool, where tensors that are never live toget
 (``cpu_memory``, ``cpu_pool``). Replay re-issues the
 planned steps (see ``cpu_steps``) into that memory: no allocation for kernels with an ``out=``
 overload, no view recomputation, no FX interpretation: one generated function below autograd
-(``cpu_program``).
+(``cpu_program``). Steps whose results depend on the key's sizes alone ran at capture and are
+not replayed (``cpu_constants``).
 """
 
 from __future__ import annotations
@@ -138,14 +139,13 @@ class CpuGraph(CapturedGraph):
         concurrent = recorder.step_kinds["join"] > 0
         released = recorder.releaser.released if recorder.releaser else {}
         fixed = storage_keys(inputs) | storage_keys(owned_inputs)
-        recorded = recorder.steps
         self.constants = (
             Constants(recorder, fixed | storage_keys(outputs), released)
             if fold_constants and pool is not None and not watched
             else Constants.none()
         )
         """The steps run once at capture, and the memory they keep (``cpu_constants``)."""
-        recorded = self.constants.others(recorded)
+        recorded = self.constants.others(recorder.steps)
         lanes = self.constants.others(recorder.step_lanes)
         steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)

@@ -33,10 +33,12 @@ from npugraph_ex.runtime.cpu_memory import storage_key, tensors_in
 from npugraph_ex.runtime.cpu_steps import Step
 from npugraph_ex.schemas import is_collective
 
-MAX_BYTES = 16 * 1024
-"""Largest storage a constant step may write (a float mask of 64 x 64 positions). A constant
-keeps its bytes for the key's life, so a graph with many keys keeps many (``key_memory.py``);
-the kernels worth skipping are the small ones, whose fixed cost is most of their time."""
+MAX_BYTES = 8 * 1024
+"""Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant
+keeps its bytes for the key's life, so a graph with many keys keeps many: the tiny Qwen3's keys
+keep 2 KiB at 8 tokens, 26 KiB at 35 (four layers' copies of the float mask), 11 to 14 KiB from
+64 on, where the masks no longer fold (60 KiB at 128 with a 16 KiB limit). The kernels worth
+skipping are the small ones, whose fixed cost is most of their time."""
 
 FOLDABLE_NAMESPACES = frozenset({"aten", "prims"})
 
