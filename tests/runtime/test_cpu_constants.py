@@ -172,3 +172,25 @@ def test_qwen3_forward_without_a_cache_folds_its_mask_and_positions(monkeypatch)
     assert replayed.kernel_count - folded.kernel_count == folded.step_kinds["constant"]
     assert "aten.arange.out" not in folded.step_names
     assert torch.equal(folded_logits, replayed_logits)
+
+
+def test_a_failure_to_find_constants_replays_every_step_and_says_so(monkeypatch, caplog) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no access\nsecond line")
+
+    monkeypatch.setattr(cpu_constants, "constant_steps", broken)
+    monkeypatch.setattr(
+        cpu_constants, "log_once", lambda logger, level, key, *message: logger.log(level, *message)
+    )
+    x = torch.randn(5, 5)
+    with caplog.at_level("WARNING", logger="npugraph_ex.runtime.cpu_constants"):
+        graph = capture(causal_scores, x)
+    assert graph.step_kinds["constant"] == 0
+    assert "aten.arange.out" in graph.step_names
+    assert caplog.messages == [
+        "npugraph_ex: running a capture's constant steps once failed (RuntimeError: no access); "
+        "its replay runs every step"
+    ]
+    x.copy_(torch.randn(5, 5))
+    graph.replay()
+    assert torch.equal(graph.outputs[0], causal_scores(x))

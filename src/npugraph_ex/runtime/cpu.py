@@ -140,7 +140,7 @@ class CpuGraph(CapturedGraph):
         released = recorder.releaser.released if recorder.releaser else {}
         fixed = storage_keys(inputs) | storage_keys(owned_inputs)
         self.constants = (
-            Constants(recorder, fixed | storage_keys(outputs), released)
+            Constants.of(recorder, fixed | storage_keys(outputs), released)
             if fold_constants and pool is not None and not watched
             else Constants.none()
         )

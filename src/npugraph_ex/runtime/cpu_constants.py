@@ -21,6 +21,7 @@ the pool shares an intermediate's bytes between keys (a float causal mask of 204
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.errors import first_line
 from npugraph_ex.runtime.cpu_lanes import wait_nothing
 from npugraph_ex.runtime.cpu_memory import storage_key, tensors_in
 from npugraph_ex.runtime.cpu_steps import Step
@@ -41,6 +44,8 @@ keep 2 KiB at 8 tokens, 26 KiB at 35 (four layers' copies of the float mask), 11
 skipping are the small ones, whose fixed cost is most of their time."""
 
 FOLDABLE_NAMESPACES = frozenset({"aten", "prims"})
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,24 @@ class Constants:
         with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
             for fn, args, kwargs in self.steps:
                 fn(*args, **kwargs)
+
+    @classmethod
+    def of(cls, recorder: Any, varying: set[int], released: dict[int, int]) -> Constants:
+        """The constant steps of a capture, or none where finding or running them raised (said
+        once at WARNING): the capture then replays every step, as without this."""
+        try:
+            return cls(recorder, varying, released)
+        except Exception as error:
+            log_once(
+                log,
+                logging.WARNING,
+                ("constant steps", type(error).__name__),
+                "npugraph_ex: running a capture's constant steps once failed (%s: %s); its "
+                "replay runs every step",
+                type(error).__name__,
+                first_line(error),
+            )
+            return cls.none()
 
     @classmethod
     def none(cls) -> Constants:
