@@ -114,12 +114,15 @@ def with_inputs(manager: Any, args: list[Any], run: Callable[[], Any]) -> Callab
     return run_with_inputs
 
 
-def step_loop(graph: Any) -> Callable[[], None]:
+def step_loop(graph: Any, keep: Callable[[str], bool] | None = None) -> Callable[[], None]:
     """A CPU graph's recorded steps run by a plain loop over ``(fn, args, kwargs)``: the same
     kernels on the same tensors as ``graph.replay()``, without its generated function
-    (``npugraph_ex/runtime/cpu_program.py``). Call after a replay of the graph's key, so its
-    memory is in place."""
+    (``npugraph_ex/runtime/cpu_program.py``); with ``keep``, only the steps whose name
+    (``graph.step_names``) it accepts. Call after a replay of the graph's key, so its memory is
+    in place."""
     steps = list(graph.steps)
+    if keep is not None:
+        steps = [s for name, s in zip(graph.step_names, steps, strict=True) if keep(name)]
 
     def run() -> None:
         with torch._C._AutoDispatchBelowADInplaceOrView():

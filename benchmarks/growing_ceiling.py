@@ -59,6 +59,7 @@ from npugraph_ex.bench.variants import own_code
 
 NAME = "growing_ceiling"
 LENGTHS = (4, 8, 12, 16, 20, 24, 28, 32, 35)
+PRODUCT_OPS = ("aten.mm.", "aten.addmm.", "aten.bmm.", "aten.baddbmm.", "_linear_pointwise")
 LABELS = {
     "kernels": "kernels alone (no host cost)",
     "products": "products alone (no other kernel)",
@@ -108,7 +109,7 @@ def compiled_calls(
     manager, args_in = manager_arguments(managers_since(before), calls["npugraph_ex"])
     graph = next(iter(manager.entries.values())).graph
     calls["kernels"] = with_inputs(manager, args_in, step_loop(graph))
-    calls["products"] = with_inputs(manager, args_in, product_loop(graph))
+    calls["products"] = with_inputs(manager, args_in, step_loop(graph, is_product))
     calls["static kernels"] = compiled(
         f"static_{tokens.shape[1]}",
         backend="npugraph_ex",
@@ -122,24 +123,9 @@ def compiled_calls(
     return calls
 
 
-PRODUCT_OPS = ("aten.mm.", "aten.addmm.", "aten.bmm.", "aten.baddbmm.", "_linear_pointwise")
-
-
-def product_loop(graph: Any) -> Callable[[], None]:
-    """The key's matrix products alone (its ``mm``, ``bmm`` and oneDNN steps), in replay order on
-    the replay's own tensors, every other step left out."""
-    steps = [
-        step
-        for name, step in zip(graph.step_names, graph.steps, strict=True)
-        if any(op in name for op in PRODUCT_OPS)
-    ]
-
-    def run() -> None:
-        with torch._C._AutoDispatchBelowADInplaceOrView():
-            for fn, args, kwargs in steps:
-                fn(*args, **kwargs)
-
-    return run
+def is_product(name: str) -> bool:
+    """Whether a step of that name is a matrix product (``mm``, ``bmm``, oneDNN's linear)."""
+    return any(op in name for op in PRODUCT_OPS)
 
 
 def timed(calls: dict[str, Callable[[], Any]], args: argparse.Namespace) -> dict[str, list[float]]:

@@ -41,16 +41,11 @@ from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, storage_keys
 from npugraph_ex.runtime.cpu_pool import CpuPool
 from npugraph_ex.runtime.cpu_program import steps_of, straight_line
 from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun, allocated_storages
-from npugraph_ex.runtime.cpu_steps import Step, plan_step
+from npugraph_ex.runtime.cpu_steps import SYNCHRONOUS_NAMESPACES, Step, plan_step
 from npugraph_ex.runtime.cpu_views import share_equal_views
 from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
-
-SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
-"""Ops known to be done with their arguments when they return. Any other op (a collective,
-which reads its input until its ``wait_tensor``; a custom op) may keep reading or writing them:
-a capture never frees what such an op was given."""
 
 
 class KernelRecorder(TorchDispatchMode):
@@ -138,9 +133,9 @@ class CpuGraph(CapturedGraph):
     ):
         concurrent = recorder.step_kinds["join"] > 0
         released = recorder.releaser.released if recorder.releaser else {}
-        fixed = storage_keys(inputs) | storage_keys(owned_inputs)
+        input_keys, owned_keys = storage_keys(inputs), storage_keys(owned_inputs)
         self.constants = (
-            Constants.of(recorder, fixed | storage_keys(outputs), released)
+            Constants.of(recorder, input_keys | owned_keys | storage_keys(outputs), released)
             if fold_constants and pool is not None and not watched
             else Constants.none()
         )
@@ -169,7 +164,7 @@ class CpuGraph(CapturedGraph):
         self.outputs = outputs
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
-        movable = (recorder.allocated | storage_keys(owned_inputs)) - storage_keys(inputs)
+        movable = (recorder.allocated | owned_keys) - input_keys
         movable -= self.constants.storages
         step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:

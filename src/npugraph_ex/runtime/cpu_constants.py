@@ -32,9 +32,8 @@ from torch._ops import OpOverload
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.runtime.cpu_lanes import wait_nothing
-from npugraph_ex.runtime.cpu_memory import storage_key, tensors_in
-from npugraph_ex.runtime.cpu_steps import Step
-from npugraph_ex.schemas import is_collective
+from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu_steps import SYNCHRONOUS_NAMESPACES, Step
 
 MAX_BYTES = 8 * 1024
 """Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant
@@ -42,8 +41,6 @@ keeps its bytes for the key's life, so a graph with many keys keeps many: the ti
 keep 2 KiB at 8 tokens, 26 KiB at 35 (four layers' copies of the float mask), 11 to 14 KiB from
 64 on, where the masks no longer fold (60 KiB at 128 with a 16 KiB limit). The kernels worth
 skipping are the small ones, whose fixed cost is most of their time."""
-
-FOLDABLE_NAMESPACES = frozenset({"aten", "prims"})
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +58,9 @@ def step_op(step: Step) -> OpOverload | None:
     None: a collective, a custom op, a host effect, whose effects a schema may not tell."""
     fn = step[0]
     op = fn if isinstance(fn, OpOverload) else getattr(fn, "computes", None)
-    if not isinstance(op, OpOverload) or op.namespace not in FOLDABLE_NAMESPACES:
+    if not isinstance(op, OpOverload) or op.namespace not in SYNCHRONOUS_NAMESPACES:
         return None
-    return None if is_collective(op) else op
+    return op
 
 
 def foldable_op(op: OpOverload | None) -> bool:
@@ -103,8 +100,8 @@ def step_access(step: Step) -> Access | None:
 
 def constant_steps(
     steps: Sequence[Step], varying: set[int], constants: set[int], sizes: dict[int, int]
-) -> list[int]:
-    """Indices of the constant steps of ``steps``, in order.
+) -> dict[int, Access]:
+    """The constant steps of ``steps``: their indices, in order, and what each writes and reads.
 
     ``varying``: storages whose values may change between replays (inputs, parameters, buffers,
     outputs). What an asynchronous op (a collective) reads or writes varies too: its step's
@@ -120,17 +117,16 @@ def constant_steps(
         and foldable_op(step_op(steps[i]))
         and all(sizes.get(key, 0) <= MAX_BYTES for key in a.writes)
     }
+    # Every tensor a step of unknown effects touches counts as written.
+    unknown = storage_keys([step[1:] for step, a in zip(steps, access, strict=True) if a is None])
     while True:
         written_by: dict[int, list[int]] = {}
         for i in sorted(candidates):
             for key in access[i].writes:
                 written_by.setdefault(key, []).append(i)
-        changing = set(varying)
-        for i, (step, a) in enumerate(zip(steps, access, strict=True)):
-            if i in candidates:
-                continue
-            if a is None:
-                changing.update(storage_key(t) for t in tensors_in(step[1:]))
+        changing = varying | unknown
+        for i, a in enumerate(access):
+            if i in candidates or a is None:
                 continue
             changing.update(a.writes)
             # A value read between two constant writes is not the one every replay ends with.
@@ -142,7 +138,7 @@ def constant_steps(
             and all(reads_settled(i, key, written_by, constants) for key in access[i].reads)
         }
         if kept == candidates:
-            return sorted(kept)
+            return {i: access[i] for i in sorted(kept)}
         candidates = kept
 
 
@@ -176,10 +172,10 @@ class Constants:
         stored = {storage_key(t): t.untyped_storage() for t in tensors_in(steps)}
         sizes = {key: released.get(key) or s.nbytes() for key, s in stored.items()}
         constants = set(stored) - recorder.allocated - varying
-        indices = constant_steps(steps, varying, constants, sizes)
-        self.steps = [steps[i] for i in indices]
-        self.folded = set(indices)
-        self.storages = {key for i in indices for key in step_access(steps[i]).writes}
+        found = constant_steps(steps, varying, constants, sizes)
+        self.steps = [steps[i] for i in found]
+        self.folded = set(found)
+        self.storages = {key for access in found.values() for key in access.writes}
         self.nbytes = sum(sizes[key] for key in self.storages)
         for key in self.storages:
             if stored[key].nbytes() == 0 and released.get(key):

@@ -64,6 +64,12 @@ COPIES_OF_FIRST_ARGUMENT = frozenset(
 ``prims.convert_element_type``, which graphs with dynamic shapes carry, has none: it is
 ``empty_like`` then ``copy_``)."""
 
+SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
+"""Ops known to be done with their arguments when they return, with effects their schemas tell.
+Any other op (a collective, which reads its input until its ``wait_tensor``; a custom op) may
+keep reading or writing them: a capture never frees what such an op was given, and no step of
+it is constant (``cpu_constants``)."""
+
 EXACT_NUMBER_DTYPES = frozenset({torch.float32, torch.float64})
 """Dtypes that CPU kernels compute in as they are, a Python number operand included."""
 
