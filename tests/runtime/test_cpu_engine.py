@@ -81,6 +81,21 @@ def test_kernel_without_out_overload_computes_and_copies() -> None:
     assert torch.equal(graph.outputs[0], attention(q, k, v))
 
 
+def test_compute_and_copy_steps_of_two_sizes_share_their_function() -> None:
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v) * 2
+
+    short, long = ([torch.randn(1, 2, n, 8) for _ in range(3)] for n in (4, 9))
+    first, second = capture(attention, *short), capture(attention, *long)
+    (run_first,) = [fn for fn, _, _ in first.steps if fn.__qualname__.startswith("compute")]
+    (run_second,) = [fn for fn, _, _ in second.steps if fn.__qualname__.startswith("compute")]
+    assert run_first is run_second  # a key keeps no closure of its own
+    for inputs, graph in ((short, first), (long, second)):
+        inputs[0].copy_(torch.randn_like(inputs[0]))
+        graph.replay()
+        assert torch.equal(graph.outputs[0], attention(*inputs))
+
+
 @pytest.mark.parametrize(
     "result",
     [

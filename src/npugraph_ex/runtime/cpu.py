@@ -134,14 +134,13 @@ class CpuGraph(CapturedGraph):
         concurrent = recorder.step_kinds["join"] > 0
         released = recorder.releaser.released if recorder.releaser else {}
         input_keys, owned_keys = storage_keys(inputs), storage_keys(owned_inputs)
-        self.constants = (
+        constants = (
             Constants.of(recorder, input_keys | owned_keys | storage_keys(outputs), released)
             if fold_constants and pool is not None and not watched
             else Constants.none()
         )
-        """The steps run once at capture, and the memory they keep (``cpu_constants``)."""
-        recorded = self.constants.others(recorder.steps)
-        lanes = self.constants.others(recorder.step_lanes)
+        recorded = constants.others(recorder.steps)
+        lanes = constants.others(recorder.step_lanes)
         steps = [
             (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
             for fn, args, kwargs in recorded
@@ -158,14 +157,14 @@ class CpuGraph(CapturedGraph):
         """The steps as one generated function (``cpu_program``), or, with stream blocks
         planned, as a main path handing blocks to workers (``cpu_lanes``): what a replay
         calls."""
-        self.step_kinds = recorder.step_kinds + Counter(constant=len(self.constants.steps))
+        self.step_kinds = recorder.step_kinds + Counter(constant=constants.count)
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy, and
         how many ran once at capture (``constant``)."""
         self.outputs = outputs
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
         movable = (recorder.allocated | owned_keys) - input_keys
-        movable -= self.constants.storages
+        movable -= constants.kept
         step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:
             keep_block_memory(steps, lanes, step_tensors)
@@ -183,7 +182,10 @@ class CpuGraph(CapturedGraph):
         self.unplaced = None if pool is not None else recorder.produced
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
-        self._pool_bytes += self.constants.nbytes
+        self.constant_bytes = constants.nbytes
+        """Bytes of the constant steps' results a replay reads (``cpu_constants``), kept for
+        this key alone; counted in ``pool_bytes``."""
+        self._pool_bytes += self.constant_bytes
         self.capture_outputs = caller_aliases(outputs)
 
     def replay(self) -> list[Any]:
@@ -241,7 +243,7 @@ class CpuGraph(CapturedGraph):
         self.watched = []
         self.outputs = []
         self.unplaced = None
-        self.constants = Constants.none()
+        self.constant_bytes = 0
         self._pool_bytes = 0
 
     @property

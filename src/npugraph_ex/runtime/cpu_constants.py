@@ -38,9 +38,9 @@ from npugraph_ex.runtime.cpu_steps import SYNCHRONOUS_NAMESPACES, Step
 MAX_BYTES = 8 * 1024
 """Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant
 keeps its bytes for the key's life, so a graph with many keys keeps many: the tiny Qwen3's keys
-keep 2 KiB at 8 tokens, 26 KiB at 35 (four layers' copies of the float mask), 11 to 14 KiB from
-64 on, where the masks no longer fold (60 KiB at 128 with a 16 KiB limit). The kernels worth
-skipping are the small ones, whose fixed cost is most of their time."""
+keep 1 KiB at 8 tokens, 19 KiB at 35 (four layers' copies of the float mask), 4 to 7 KiB from
+64 on, where the masks no longer fold. The kernels worth skipping are the small ones, whose fixed
+cost is most of their time."""
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,9 @@ class Constants:
     Built from the capture's recorder: which steps are constant (``constant_steps``), the
     storages they write (left out of memory planning: they keep their own bytes, given back
     where the capture freed them as dead) and a run of those steps, so that the values are in
-    place before the first replay.
+    place before the first replay. Of what they wrote, a key keeps only what a replayed step
+    reads (``kept``); the rest (the ``arange`` a mask was built from) is freed with the step
+    list, which is not kept either (``count`` says how many steps there were).
     """
 
     def __init__(self, recorder: Any, varying: set[int], released: dict[int, int]):
@@ -173,16 +175,20 @@ class Constants:
         sizes = {key: released.get(key) or s.nbytes() for key, s in stored.items()}
         constants = set(stored) - recorder.allocated - varying
         found = constant_steps(steps, varying, constants, sizes)
-        self.steps = [steps[i] for i in found]
-        self.folded = set(found)
-        self.storages = {key for access in found.values() for key in access.writes}
-        self.nbytes = sum(sizes[key] for key in self.storages)
-        for key in self.storages:
+        self.folded = frozenset(found)
+        self.count = len(found)
+        written = {key for access in found.values() for key in access.writes}
+        for key in written:
             if stored[key].nbytes() == 0 and released.get(key):
                 stored[key].resize_(released[key])
         with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
-            for fn, args, kwargs in self.steps:
+            for i in found:
+                fn, args, kwargs = steps[i]
                 fn(*args, **kwargs)
+        replayed_reads = storage_keys([step[1:] for step in self.others(steps)])
+        self.kept = frozenset(written & replayed_reads)
+        """The storages constant steps wrote that a replayed step reads: what a key keeps."""
+        self.nbytes = sum(sizes[key] for key in self.kept)
 
     @classmethod
     def of(cls, recorder: Any, varying: set[int], released: dict[int, int]) -> Constants:
@@ -206,7 +212,7 @@ class Constants:
     def none(cls) -> Constants:
         """No constant steps (a capture that replays every step)."""
         empty = cls.__new__(cls)
-        empty.steps, empty.folded, empty.storages, empty.nbytes = [], set(), set(), 0
+        empty.folded, empty.kept, empty.count, empty.nbytes = frozenset(), frozenset(), 0, 0
         return empty
 
     def others(self, per_step: Sequence[Any]) -> list[Any]:

@@ -26,6 +26,7 @@ Rules, per kernel:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -166,14 +167,22 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     return "copy", compute_and_copy(op, args, kwargs, result, fresh)
 
 
+def one_tensor(new: torch.Tensor) -> tuple[torch.Tensor]:
+    return (new,)
+
+
+def tensors_as_returned(new: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+    return new
+
+
 def result_tensor_lister(result: Any) -> Callable[[Any], Sequence[torch.Tensor]]:
     """How to list a kernel's tensor results on replay, chosen from what it returned at capture
     (the same kernel on the same arguments returns the same structure): the common shapes, one
     tensor or a tuple of tensors, without walking the structure on every call."""
     if isinstance(result, torch.Tensor):
-        return lambda new: (new,)
+        return one_tensor
     if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
-        return lambda new: new
+        return tensors_as_returned
     return tensors_in
 
 
@@ -191,6 +200,16 @@ def compute_and_copy(
     targets = tuple(tensors[i] for i in fresh)
     if is_collective(op):
         return CollectiveCopy(op, indices, listed), (targets, *args), kwargs
+    return copying_kernel(op, indices, listed), (targets, *args), kwargs
+
+
+@functools.cache
+def copying_kernel(
+    op: OpOverload, indices: tuple[int, ...], listed: Callable[[Any], Sequence[torch.Tensor]]
+) -> Callable[..., None]:
+    """The function of a compute-and-copy step: it holds no tensor, so one serves every step and
+    every capture that runs ``op`` and copies the same results (a key keeps no closure of its
+    own)."""
     kernel = op._op
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
@@ -199,8 +218,8 @@ def compute_and_copy(
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
-    run.computes = op  # what ``cpu_constants`` reads the step's effects from
-    return run, (targets, *args), kwargs
+    run.computes = op  # type: ignore[attr-defined]  # what ``cpu_constants`` reads the effects from
+    return run
 
 
 class CollectiveCopy:
