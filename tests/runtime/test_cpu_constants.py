@@ -195,3 +195,20 @@ def test_a_failure_to_find_constants_replays_every_step_and_says_so(monkeypatch,
     x.copy_(torch.randn(5, 5))
     graph.replay()
     assert torch.equal(graph.outputs[0], causal_scores(x))
+
+
+def test_one_element_constants_are_shared_by_captures_of_other_sizes() -> None:
+    def floor_at_minus_one(x):
+        return torch.where(x > 0, x, torch.scalar_tensor(-1.0))
+
+    short, long = torch.randn(4), torch.randn(9)
+    first, second = capture(floor_at_minus_one, short), capture(floor_at_minus_one, long)
+    assert first.step_kinds["constant"] == second.step_kinds["constant"] == 1
+    assert first.constant_bytes == second.constant_bytes == 0  # not this key's alone
+    (scalar_first,) = [args[2] for fn, args, _ in first.steps if "where" in str(fn)]
+    (scalar_second,) = [args[2] for fn, args, _ in second.steps if "where" in str(fn)]
+    assert scalar_first.data_ptr() == scalar_second.data_ptr()
+    for x, graph in ((short, first), (long, second)):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        assert torch.equal(graph.outputs[0], floor_at_minus_one(x))

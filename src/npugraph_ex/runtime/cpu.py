@@ -164,7 +164,7 @@ class CpuGraph(CapturedGraph):
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
         movable = (recorder.allocated | owned_keys) - input_keys
-        movable -= constants.kept
+        movable -= constants.storages
         step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:
             keep_block_memory(steps, lanes, step_tensors)

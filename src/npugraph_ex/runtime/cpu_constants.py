@@ -42,6 +42,17 @@ keep 1 KiB at 8 tokens, 19 KiB at 35 (four layers' copies of the float mask), 4 
 64 on, where the masks no longer fold. The kernels worth skipping are the small ones, whose fixed
 cost is most of their time."""
 
+SHARED_BYTES = 8
+"""Constants of at most this many bytes (the scalars a mask is filled with, one element each)
+are shared by every capture of the process that computed the same bytes (``shared_storage``):
+each key would otherwise keep a tensor, a storage and their bookkeeping, some 800 bytes, for
+four bytes of value."""
+
+SHARED: dict[bytes, torch.UntypedStorage] = {}
+"""By content, the one storage of each small constant; the oldest forgotten beyond
+``SHARED_LIMIT`` (the captures using it keep it)."""
+SHARED_LIMIT = 256
+
 log = logging.getLogger(__name__)
 
 
@@ -158,6 +169,17 @@ def reads_settled(
     return writers[0] < index and writers[-1] <= index
 
 
+def shared_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """The process's one storage holding the bytes of ``storage`` (a small constant's)."""
+    content = bytes(storage.tolist())
+    found = SHARED.get(content)
+    if found is None:
+        found = SHARED[content] = storage
+        if len(SHARED) > SHARED_LIMIT:
+            del SHARED[next(iter(SHARED))]
+    return found
+
+
 class Constants:
     """The constant steps of one capture, run once into memory of their own.
 
@@ -165,7 +187,7 @@ class Constants:
     storages they write (left out of memory planning: they keep their own bytes, given back
     where the capture freed them as dead) and a run of those steps, so that the values are in
     place before the first replay. Of what they wrote, a key keeps only what a replayed step
-    reads (``kept``); the rest (the ``arange`` a mask was built from) is freed with the step
+    reads (``storages``); the rest (the ``arange`` a mask was built from) is freed with the step
     list, which is not kept either (``count`` says how many steps there were).
     """
 
@@ -181,14 +203,21 @@ class Constants:
         for key in written:
             if stored[key].nbytes() == 0 and released.get(key):
                 stored[key].resize_(released[key])
+        replayed = [step[1:] for step in self.others(steps)]
+        read = written & storage_keys(replayed)
         with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
             for i in found:
                 fn, args, kwargs = steps[i]
                 fn(*args, **kwargs)
-        replayed_reads = storage_keys([step[1:] for step in self.others(steps)])
-        self.kept = frozenset(written & replayed_reads)
-        """The storages constant steps wrote that a replayed step reads: what a key keeps."""
-        self.nbytes = sum(sizes[key] for key in self.kept)
+            small = {k: shared_storage(stored[k]) for k in read if sizes[k] <= SHARED_BYTES}
+            for tensor in tensors_in(replayed):
+                storage = small.get(storage_key(tensor))
+                if storage is not None:
+                    tensor.set_(storage, tensor.storage_offset(), tensor.shape, tensor.stride())
+        self.storages = frozenset(read)
+        """The storages constant steps wrote that a replayed step reads: never moved."""
+        self.nbytes = sum(sizes[key] for key in read - small.keys())
+        """What of them this key alone keeps (not shared with other captures)."""
 
     @classmethod
     def of(cls, recorder: Any, varying: set[int], released: dict[int, int]) -> Constants:
@@ -212,7 +241,7 @@ class Constants:
     def none(cls) -> Constants:
         """No constant steps (a capture that replays every step)."""
         empty = cls.__new__(cls)
-        empty.folded, empty.kept, empty.count, empty.nbytes = frozenset(), frozenset(), 0, 0
+        empty.folded, empty.storages, empty.count, empty.nbytes = frozenset(), frozenset(), 0, 0
         return empty
 
     def others(self, per_step: Sequence[Any]) -> list[Any]:
