@@ -14,7 +14,7 @@ import torch
 import npugraph_ex
 from helpers import assert_same, graphs_called, totals
 from models import make_cnn, make_mlp
-from npugraph_ex.bench.graphs import live_graph_numbers
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.errors import ConfigError
 
 THREADED_RUN = Path(__file__).with_name("threaded_replay_run.py")
@@ -104,6 +104,21 @@ def test_keys_sharing_a_pool_hold_the_largest_key_not_the_sum() -> None:
     # Outputs were dropped at once, so the largest key's arena and output slot serve every key.
     assert shared["pool_bytes"] == max(key_bytes(shared))
     assert pool_bytes_total() - before == shared["pool_bytes"] + per_key["pool_bytes"]
+
+
+@torch.no_grad()
+def test_the_keys_of_a_model_hold_one_tuple_of_its_parameters_addresses() -> None:
+    before = live_graph_numbers()
+    model = make_mlp()
+    fn = torch.compile(model, backend="npugraph_ex", dynamic=True)
+    for rows in (3, 5, 7):
+        x = torch.randn(rows, 32)
+        assert torch.equal(fn(x), model(x))
+    (manager,) = managers_since(before)
+    keys, entries = list(manager.entries), list(manager.entries.values())
+    assert len(keys) == 3 and len(keys[0][4]) == 6  # the norm's and two linears' weights, biases
+    held = {id(key[4]) for key in keys} | {id(e.staged.parameter_addresses) for e in entries}
+    assert len(held) == 1
 
 
 @torch.no_grad()

@@ -288,6 +288,7 @@ class CaptureManager:
         if old is not None:
             self.forget(old)
         staged = self.layout.stage(args, clone_input=self.config.clone_input)
+        key = self.layout.stored_key(key)
         pool = self.pools.for_new_key()
         # Kernels compile outside the locks: a compile may take minutes, and reads no input data.
         fn, how = self.kernels_for(staged.args)
