@@ -7,7 +7,10 @@ freed heap (``malloc_trim``) and reports its peak resident set (``ru_maxrss``), 
 and the heap in use (``mallinfo2``). The same loop under ``force_eager`` (compiled, nothing
 captured) is the baseline: *above eager* is what capturing adds; *per key*, what each key beyond
 the first row's adds to it; *resident ratio*, a row's resident set above eager over the first
-row's. With ``--repeats N`` each row runs N pairs of processes and reports their medians.
+row's. The last columns take the model run eagerly, not compiled, as the baseline instead: what
+the compiled function adds in all, the kernels its graph runs included (oneDNN keeps the code it
+generates for each shape of a product). With ``--repeats N`` each row runs N triples of processes
+and reports their medians.
 
     python benchmarks/key_memory.py
     python benchmarks/key_memory.py --keys 1 16 64 --vocab 8192 --start 128
@@ -60,7 +63,11 @@ def child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).eval()
     options = {"capture_limit": 256, "force_eager": mode == "force_eager"}
-    forward = torch.compile(model, backend="npugraph_ex", dynamic=True, options=options)
+    forward = (
+        model
+        if mode == "eager"
+        else torch.compile(model, backend="npugraph_ex", dynamic=True, options=options)
+    )
     ids = torch.randint(0, args.vocab, (1, args.start + keys))
     with torch.no_grad():
         for length in range(args.start, args.start + keys):
@@ -79,12 +86,14 @@ def child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
     }
 
 
-def per_key(result: dict[str, Any], first: dict[str, Any], name: str) -> str:
-    """KiB that each key beyond the first row's adds to ``name`` (above eager)."""
+def per_key(
+    result: dict[str, Any], first: dict[str, Any], name: str, baseline: str = "above"
+) -> str:
+    """KiB that each key beyond the first row's adds to ``name`` (above ``baseline``)."""
     extra_keys = result["keys"] - first["keys"]
     if extra_keys <= 0:
         return "-"
-    extra = result["above"][name] - first["above"][name]
+    extra = result[baseline][name] - first[baseline][name]
     return f"{extra * 1024 / extra_keys:.0f}"
 
 
@@ -103,12 +112,20 @@ def measured_row(args: argparse.Namespace, keys: int) -> dict[str, Any]:
     for _ in range(args.repeats):
         eager = run_child(args, "force_eager", keys)
         captured = run_child(args, "capture", keys)
+        uncompiled = run_child(args, "eager", keys)
         above = {name: captured[name] - eager[name] for name in MEASURES}
-        runs.append({"force_eager": eager, "captured": captured, "above": above})
+        above_uncompiled = {name: captured[name] - uncompiled[name] for name in MEASURES}
+        runs.append({
+            "force_eager": eager, "captured": captured, "eager": uncompiled,
+            "above": above, "above_uncompiled": above_uncompiled,
+        })  # fmt: skip
     return {
         "keys": keys,
         "runs": runs,
         "above": {name: median([run["above"][name] for run in runs]) for name in MEASURES},
+        "above_uncompiled": {
+            name: median([run["above_uncompiled"][name] for run in runs]) for name in MEASURES
+        },
         "pool_mib": runs[-1]["captured"]["pool_mib"],
     }
 
@@ -138,14 +155,18 @@ def main(argv: list[str] | None = None) -> None:
             f"{above['heap_in_use_mib']:.1f}", f"{result['pool_mib']:.2f}",
             *(per_key(result, first, name) for name in ("peak_mib", "resident_mib")),
             f"{above['resident_mib'] / first['above']['resident_mib']:.2f}x",
+            f"{result['above_uncompiled']['resident_mib']:.1f}",
+            per_key(result, first, "resident_mib", "above_uncompiled"),
         ])  # fmt: skip
     print(environment_line(environment()))
     print(
         f"tiny Qwen3, vocabulary {args.vocab}, lengths from {args.start}, dynamic=True; "
-        "MiB above the same loop under force_eager"
+        "MiB above the same loop under force_eager; last two columns: above the model run "
+        "uncompiled"
     )
     header = ["keys", "peak", "resident", "heap in use", "pool"]
     header += ["peak KiB per key", "resident KiB per key", "resident ratio"]
+    header += ["resident above uncompiled", "its KiB per key"]
     print(format_table(header, rows))
     write_json(args.out, NAME, vars(args), results)
 

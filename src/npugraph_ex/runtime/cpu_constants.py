@@ -45,8 +45,8 @@ cost is most of their time."""
 SHARED_BYTES = 8
 """Constants of at most this many bytes (the scalars a mask is filled with, one element each)
 are shared by every capture of the process that computed the same bytes (``shared_storage``):
-each key would otherwise keep a tensor, a storage and their bookkeeping, some 800 bytes, for
-four bytes of value."""
+each key would otherwise keep a tensor, a storage and their bookkeeping, several hundred bytes,
+for four bytes of value."""
 
 SHARED: dict[bytes, torch.UntypedStorage] = {}
 """By content, the one storage of each small constant; the oldest forgotten beyond
