@@ -10,7 +10,7 @@ import torch
 
 import npugraph_ex
 from models import make_tiny_qwen3
-from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import onednn_linear, register_builtin_patterns, registry
 
 CUDA_PARAM = pytest.param(
     "cuda",
@@ -28,10 +28,12 @@ def device(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def reset_dynamo() -> None:
-    """Compiled code, guards and counters from an earlier test must not leak into this one."""
+def reset_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled code, guards, counters and the row counts given to oneDNN from an earlier test
+    must not leak into this one."""
     torch._dynamo.reset()
     npugraph_ex.reset_stats()
+    monkeypatch.setattr(onednn_linear, "ROW_COUNTS", set())
 
 
 @pytest.fixture

@@ -192,3 +192,23 @@ def test_the_host_probe_times_both_per_row_count_and_uses_onednn_where_it_pays()
         assert host_probes.linear_pays(3) is False  # below the first count probed
         assert host_probes.linear_pays(None) == any(r.pays for r in results.values())
         assert "onednn_linear_16" in host_probes.decisions()
+
+
+@torch.no_grad()
+def test_past_the_row_counts_given_to_onednn_a_new_key_runs_mm(pays, monkeypatch) -> None:  # noqa: ANN001
+    """oneDNN keeps generated code for every shape it runs, for the process's life: it is given
+    ``MAX_ROW_COUNTS`` distinct row counts, and a key at a further count runs ``mm``."""
+    monkeypatch.setattr(onednn_linear, "MAX_ROW_COUNTS", 2)
+    before = live_graph_numbers()
+    linear = torch.nn.Linear(128, WEIGHT[0], bias=False)
+    compiled = torch.compile(linear, backend="npugraph_ex", fullgraph=True, dynamic=True)
+    for rows in (9, 20, 30, 9):
+        x = torch.randn(rows, 128)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), linear(x), **TOLERANCE)
+    ops = ops_by_rows(before)
+    onednn = f"compute_and_copy[{LINEAR}]"
+    assert onednn in ops[9] and onednn in ops[20]
+    assert "aten.mm.out" in ops[30] and onednn not in ops[30]
+    assert onednn_linear.ROW_COUNTS == {9, 20}
+    assert onednn_linear.takes_rows(9) and not onednn_linear.takes_rows(31)

@@ -99,12 +99,13 @@ class RowPlan:
         return [evaluate(expr, bound) for expr in self.rows]
 
     def wants_own_kernels(self, args: Sequence[Any]) -> bool:
-        """Whether a product has at most ``MAX_ROWS`` rows for ``args``, or a row count at
-        which oneDNN's linear, which the graph may hold, does not pay on this host."""
+        """Whether a product has at most ``MAX_ROWS`` rows for ``args``, or a row count
+        oneDNN's linear, which the graph may hold, does not take (``takes_rows``: where it does
+        not pay on this host, or past the counts it is given)."""
         onednn_in_use = onednn_linear.linear_pays(None)
         return any(
             count is not None
-            and (count <= MAX_ROWS or (onednn_in_use and not onednn_linear.linear_pays(count)))
+            and (count <= MAX_ROWS or (onednn_in_use and not onednn_linear.takes_rows(count)))
             for count in self.counts(args)
         )
 

@@ -23,9 +23,10 @@ Applied to float32 CPU products whose weight is contiguous and has at least
 split (``row_products``, whose pass runs first) does not take, at a row count where a
 measurement says oneDNN pays on this host (``host_probes.linear_pays``: once per process, at six
 row counts; MKL's Intel code paths are fast at some counts and slow at others, so the answer is
-per count, not per host; a symbolic count is taken where oneDNN pays at some count). A key of a
-dynamic graph at a count where it does not pay runs the product as ``mm`` or the split
-(``capture/key_shapes``, through ``plain_or_split``). With
+per count, not per host; a symbolic count is taken where oneDNN pays at some count), and
+among the first ``MAX_ROW_COUNTS`` counts the process gives oneDNN (it keeps generated code for
+every shape it runs). A key of a dynamic graph at a count not taken runs the product as ``mm``
+or the split (``capture/key_shapes``, through ``plain_or_split``). With
 ``static_kernel_compile`` this pattern does not run; each key's decomposition puts in the same
 call where ``takes`` says so, and the generated code calls it (``kernels/decompositions``).
 
@@ -54,6 +55,18 @@ to 1.75x faster than ``mm`` with weights from 64K elements on, 1.12x to 1.87x wi
 MIN_ROWS = 4
 """Fewest rows taken: at one row the tiny model's products run at 0.82x of ``mm``, at two at
 0.97x, at four 1.39x (a one-row product is the split's, where the split pays)."""
+
+MAX_ROW_COUNTS = 32
+"""Most distinct row counts a process runs through oneDNN's linear kernel (``takes_rows``).
+oneDNN generates code for every shape it runs and keeps it for the life of the process: about
+0.57 MiB per weight shape and row count on the host measured, whatever the weight's size, in a
+cache of 1024 shapes (some 450 MiB), so a dynamic graph called at many lengths would keep that
+much. Past this many counts a product of a new count runs as ``mm`` or the split, as where oneDNN
+does not pay: at most 32 x 0.57 MiB per weight shape (73 MiB for the tiny Qwen3's four), and
+every length of the demo's growing loop (27 counts from 9 to 35 rows) still through oneDNN."""
+
+ROW_COUNTS: set[int] = set()
+"""The row counts given to oneDNN in this process so far."""
 
 LINEAR = onednn_linear_op()
 """None in a torch build without oneDNN: then nothing is taken."""
@@ -88,8 +101,21 @@ def takes(x: torch.Tensor, w: torch.Tensor, b: Any = None) -> bool:
         and w.numel() >= MIN_WEIGHT_ELEMENTS
         and (b is None or one_bias_per_row(b, w))
         and LINEAR is not None
-        and linear_pays(rows if isinstance(rows, int) else None)
+        and (takes_rows(rows) if isinstance(rows, int) else linear_pays(None))
     )
+
+
+def takes_rows(rows: int) -> bool:
+    """Whether a product of ``rows`` rows (a plain count) runs through oneDNN: at least
+    ``MIN_ROWS``, at a count where oneDNN pays on this host, and one of the first
+    ``MAX_ROW_COUNTS`` counts the process gives it."""
+    if rows < MIN_ROWS or not linear_pays(rows):
+        return False
+    if rows not in ROW_COUNTS:
+        if len(ROW_COUNTS) >= MAX_ROW_COUNTS:
+            return False
+        ROW_COUNTS.add(rows)
+    return True
 
 
 def linear_takes(match: Any) -> bool:
@@ -105,9 +131,8 @@ def linear_takes_with_bias(match: Any) -> bool:
 
 def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
     """For a call of oneDNN's linear in a key whose sizes are now known: the few-row split
-    where it takes the product, else ``mm``/``addmm`` where the product has fewer than
-    ``MIN_ROWS`` rows or a row count oneDNN does not pay at (what a graph compiled for these
-    sizes runs); None to run it as it is."""
+    where it takes the product, else ``mm``/``addmm`` where ``takes_rows`` does not take its row
+    count (what a graph compiled for these sizes runs); None to run it as it is."""
     from npugraph_ex.passes.patterns.row_products import split_of
 
     if LINEAR is None or op is not LINEAR or len(args) != 6:
@@ -118,7 +143,7 @@ def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
     split = split_of(plain, plain_args)
     if split is not None:
         return split
-    if x.shape[0] < MIN_ROWS or not linear_pays(x.shape[0]):
+    if not takes_rows(x.shape[0]):
         return lambda: plain(*plain_args)
     return None
 
