@@ -18,9 +18,7 @@ released (``malloc_trim``) before each reading. The last row sums the shapes one
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
-import resource
 from typing import Any
 
 import torch
@@ -35,17 +33,19 @@ from common import (
 )
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from npugraph_ex.bench.memory import resident_bytes
 from npugraph_ex.compat import onednn_linear_op
 from npugraph_ex.passes.patterns.onednn_linear import MIN_WEIGHT_ELEMENTS
+from npugraph_ex.runtime.cpu_heap import release_free_heap
 
 NAME = "onednn_shape_memory"
 
 
 def resident_kib() -> float:
+    """The resident set after a collection, with freed heap given back to the system."""
     gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/statm", encoding="utf-8") as handle:
-        return int(handle.read().split()[1]) * resource.getpagesize() / 1024
+    release_free_heap()
+    return resident_bytes() / 1024
 
 
 def weight_shapes(preset: str, vocab: int) -> list[tuple[int, int]]:

@@ -101,13 +101,10 @@ class InputLayout:
         return self.last_parameter_addresses
 
     def stored_key(self, key: tuple) -> tuple:
-        """``key`` (from ``key_of``) as a new capture keeps it: its addresses the tuple the
-        previous capture's staged inputs hold where equal (``interned``; call after ``stage``),
-        not one more int object per parameter for every key."""
-        keyed_addresses = key[4]
-        if keyed_addresses and keyed_addresses == self.last_parameter_addresses:
-            return (*key[:4], self.last_parameter_addresses)
-        return key
+        """``key`` (from ``key_of``) as a new capture keeps it: its addresses (the parameters'
+        where they are keyed) as the tuple the staged inputs hold (``interned``; call after
+        ``stage``), not one more int object per parameter for every key."""
+        return (*key[:4], self.interned(key[4])) if key[4] else key
 
     def moved_parameter(self, args: Sequence[Any], captured: Sequence[int]) -> int | None:
         """The first parameter or buffer input not at its ``captured`` address, else None."""
