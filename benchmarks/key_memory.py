@@ -36,6 +36,9 @@ from common import (
     write_json,
 )
 
+from npugraph_ex.bench.memory import resident_bytes
+from npugraph_ex.runtime.cpu_heap import release_free_heap
+
 NAME = "key_memory"
 MIB = 2**20
 MEASURES = ("peak_mib", "resident_mib", "heap_in_use_mib")
@@ -73,14 +76,12 @@ def child(args: argparse.Namespace, mode: str, keys: int) -> dict[str, Any]:
         for length in range(args.start, args.start + keys):
             forward(input_ids=ids[:, :length], use_cache=False)
     gc.collect()
+    release_free_heap()
     libc = ctypes.CDLL("libc.so.6")
-    libc.malloc_trim(0)
     libc.mallinfo2.restype = MallInfo2
-    with open("/proc/self/statm", encoding="utf-8") as handle:
-        resident = int(handle.read().split()[1]) * resource.getpagesize()
     return {
         "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "resident_mib": resident / MIB,
+        "resident_mib": resident_bytes() / MIB,
         "heap_in_use_mib": libc.mallinfo2().uordblks / MIB,
         "pool_mib": npugraph_ex.stats()["totals"]["pool_bytes"] / MIB,
     }

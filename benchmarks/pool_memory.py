@@ -24,7 +24,6 @@ variants interleaved; time per replay.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import subprocess
@@ -46,6 +45,8 @@ from common import (
     scaled,
     write_json,
 )
+
+from npugraph_ex.runtime.cpu_heap import release_free_heap
 
 NAME = "pool_memory"
 PROMPT = 4
@@ -95,10 +96,7 @@ def status_kib(field: str) -> int:
 
 def release_freed_heap() -> None:
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    release_free_heap()
 
 
 def reset_peak() -> bool:
