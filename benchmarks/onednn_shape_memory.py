@@ -25,6 +25,7 @@ import torch
 from common import (
     QWEN3_PRESETS,
     add_common_args,
+    apply_threads,
     environment,
     environment_line,
     format_table,
@@ -73,8 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start", type=int, default=128, help="the first new row count")
     parser.add_argument("--counts", type=int, default=32, help="new row counts per shape")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     linear = onednn_linear_op()
     if linear is None:
         raise SystemExit("this torch build has no oneDNN linear kernel")
