@@ -8,9 +8,10 @@ import weakref
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 import npugraph_ex
-from helpers import graphs_called, totals
+from helpers import assert_trees_equal, graphs_called, totals
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.errors import UnsupportedGraphError
 
@@ -127,8 +128,27 @@ def test_a_key_whose_parameters_were_replaced_and_freed_is_dropped(device: str) 
     gc.collect()
     assert old_weight() is None  # the first key held it only weakly, and was dropped
     graph = only_graph()
-    assert graph["dropped_keys"] == {"parameters freed": 1}
+    assert graph["dropped_keys"] == {"parameters replaced": 1}
     assert graph["live_keys"] == 1
+
+
+@torch.no_grad()
+def test_weights_reloaded_through_data_are_not_kept_alive(device: str) -> None:
+    lin = torch.nn.Linear(256, 256).to(device)
+    fn = compiled(lin)
+    x = torch.randn(2, 256, device=device)
+    fn(x)
+    old_weights = []
+    for _ in range(4):
+        old_weights.append(StorageWeakRef(lin.weight.untyped_storage()))
+        lin.weight.data = torch.randn(256, 256, device=device)  # a weight reload
+        torch.testing.assert_close(fn(x), lin(x))
+        torch.testing.assert_close(fn(x), lin(x))  # the new key replays
+    gc.collect()
+    assert [ref.expired() for ref in old_weights] == [True] * 4
+    graph = only_graph()
+    assert graph["dropped_keys"] == {"parameters replaced": 4}
+    assert (graph["live_keys"], graph["captures"], graph["replays"]) == (1, 5, 4)
 
 
 @torch.no_grad()
@@ -183,6 +203,21 @@ def test_outputs_aliasing_inputs_alias_the_callers_tensor(device: str) -> None:
         x.fill_(7.0)
         assert torch.equal(row, torch.full((4,), 7.0, device=device))
         assert plus.data_ptr() != x.data_ptr()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("computes", [False, True], ids=["view only", "view and kernel"])
+def test_keys_whose_outputs_view_a_copied_input_replay(device: str, computes: bool) -> None:
+    def narrowed(x: torch.Tensor, n: int):
+        view = x.narrow(0, n % 3, 2)
+        return (view, x.sin() * n) if computes else view
+
+    fn = compiled(narrowed)
+    x = torch.arange(-3.0, 3.0, device=device)
+    for n in (2, 5, 7, 2, 5, 7):
+        assert_trees_equal(fn(x, n), narrowed(x, n))
+    graph = only_graph()
+    assert (graph["captures"], graph["replays"], graph["failed_calls"]) == (3, 3, {})
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ def test_an_out_of_range_index_fails_that_call_only(strict: bool) -> None:
     assert graph["captures"] == 2
     assert graph["replays"] == 2
     assert graph["eager_calls"] == {"capture failed": 1}
+    assert graph["failed_calls"] == {"capture failed": 1}
 
 
 @torch.no_grad()
@@ -37,3 +38,6 @@ def test_an_out_of_range_index_on_a_replay_fails_that_replay_only() -> None:
     tokens = torch.tensor([3, 4])
     assert torch.equal(fn(tokens), embedding(tokens))
     assert totals()["replays"] == 1
+    assert totals()["failed_calls"] == 1
+    (graph,) = graphs_called()
+    assert graph["failed_calls"] == {"replay": 1}

@@ -40,8 +40,16 @@ class StagedInputs:
     """The caller's parameter and buffer tensors, weakly: the capture holds aliases of them (its
     own tensor objects over the same memory), so a parameter the model replaced can die."""
 
-    def parameters_alive(self) -> bool:
-        return all(ref() is not None for ref in self.parameters)
+    def parameters_current(self) -> bool:
+        """Whether every parameter and buffer the capture read is alive and still holds the
+        memory it was captured with. One that died (``lin.weight = Parameter(new)``) or was
+        given new memory (``lin.weight.data = new``) can never match this key again, while the
+        capture's aliases keep its old bytes alive."""
+        for ref, address in zip(self.parameters, self.parameter_addresses, strict=True):
+            tensor = ref()
+            if tensor is None or tensor.data_ptr() != address:
+                return False
+        return True
 
 
 class InputLayout:

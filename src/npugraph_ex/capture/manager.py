@@ -30,6 +30,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import debug_folder, write_capture_summary
 from npugraph_ex.debug.dump import CallDump, TensorDumper, say_dumps_run_eagerly
 from npugraph_ex.debug.once import log_once
+from npugraph_ex.debug.profiling import profiled
 from npugraph_ex.errors import CaptureError, ConfigError, UnsupportedGraphError, first_line
 from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
 from npugraph_ex.runtime.output_copies import copied_outputs
@@ -169,7 +170,7 @@ class CaptureManager:
         key = self.layout.key_of(args)
         entry = self.entries.get(key)
         if entry is None:
-            self.drop_keys_of_dead_parameters()
+            self.drop_keys_of_replaced_parameters(args)
             if len(self.entries) >= self.config.capture_limit:
                 self.warn_limit()
                 return self.run_eager(args, "capture_limit")
@@ -187,12 +188,15 @@ class CaptureManager:
         node's value as soon as it is complete."""
         if self.config.frozen_parameter and log.isEnabledFor(logging.DEBUG):
             self.check_frozen_parameters(entry, args)
-        with self.runtime.pool_lock(entry.pool):
-            io.refresh(entry.staged.copies, args)
-            raw = entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
+        with self.runtime.pool_lock(entry.pool), profiled("replay", self.stats.name, entry.label):
+            try:
+                io.refresh(entry.staged.copies, args)
+                raw = entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
+            except Exception:
+                self.stats.failed("replay")
+                raise
             outputs = self.for_caller(raw, entry.staged.args)
-        self.stats.replays += 1
-        self.stats.keys[entry.label]["replays"] += 1
+        self.stats.replayed(entry.label)
         return outputs
 
     def run_dumped(self, args: list[Any], dump: CallDump) -> list[Any]:
@@ -212,7 +216,7 @@ class CaptureManager:
                 return self.replay(entry, args, visit=dump.visit)
             reason = "this call's key is not captured"
         say_dumps_run_eagerly(self.stats.name, reason, self.number)
-        self.stats.eager_calls["dumped"] += 1
+        self.stats.ran_eagerly("dumped")
         return as_output_list(dump.run_graph(self.fn, args, "eager"))
 
     def why_replays_cannot_be_dumped(self) -> str | None:
@@ -279,9 +283,14 @@ class CaptureManager:
     def run_eager(
         self, args: Sequence[Any], reason: str, fn: Callable[..., Any] | None = None
     ) -> list[Any]:
-        """Run ``fn`` (by default the graph as compiled) on ``args``, counted under ``reason``."""
-        self.stats.eager_calls[reason] += 1
-        return as_output_list((fn or self.fn)(*args))
+        """Run ``fn`` (by default the graph as compiled) on ``args``, counted under ``reason``
+        (and under ``failed_calls`` too when it raises)."""
+        self.stats.ran_eagerly(reason)
+        try:
+            return as_output_list((fn or self.fn)(*args))
+        except Exception:
+            self.stats.failed(reason)
+            raise
 
     def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
         old = self.entries.pop(key, None)
@@ -293,13 +302,13 @@ class CaptureManager:
         # Kernels compile outside the locks: a compile may take minutes, and reads no input data.
         fn, how = self.kernels_for(staged.args)
         started = time.perf_counter()
-        with self.runtime.pool_lock(pool):
+        label = f"key{self.captures_made}: {self.layout.describe(key)}"
+        with self.runtime.pool_lock(pool), profiled("capture", self.stats.name, label):
             try:
                 graph = self.capture_staged(staged, pool, fn, how)
             except Exception as error:  # any failure to capture falls back to eager
                 return self.after_failed_capture(args, error)
             self.stats.capture_seconds += time.perf_counter() - started
-            label = f"key{self.captures_made}: {self.layout.describe(key)}"
             self.captures_made += 1
             entry = CapturedKey(label, graph, staged, pool)
             self.entries[key] = entry
@@ -311,16 +320,10 @@ class CaptureManager:
             return self.for_caller(outputs, staged.args)
 
     def count_capture(self, key: tuple, entry: CapturedKey, recapture_reason: str | None) -> None:
-        self.stats.captures += 1
-        if recapture_reason is not None:
-            self.stats.recaptures[recapture_reason] += 1
-        else:
+        info = {"kernels": entry.graph.kernel_count, "pool_bytes": entry.graph.pool_bytes}
+        self.stats.captured(entry.label, info, recapture_reason)
+        if recapture_reason is None:
             self.notice_value_keys(key)
-        self.stats.keys[entry.label] = {
-            "replays": 0,
-            "kernels": entry.graph.kernel_count,
-            "pool_bytes": entry.graph.pool_bytes,
-        }
         folder = debug_folder(self.config, self.stats.name)
         if folder is not None:
             write_capture_summary(folder, entry.label, entry.graph)
@@ -397,17 +400,29 @@ class CaptureManager:
         self.stats.static_kernels[outcome] += 1
         return fn, self.runtime.capture_compiled
 
-    def drop_keys_of_dead_parameters(self) -> None:
+    def drop_keys_of_replaced_parameters(self, args: Sequence[Any]) -> None:
         """Release keys captured against parameters the model has since replaced and freed
-        (``lin.weight = Parameter(new)``): they can never match again, and would keep the old
-        weights alive. Checked when a call misses every key, as such a swap makes it do."""
-        dead = [k for k, e in self.entries.items() if not e.staged.parameters_alive()]
-        for key in dead:
-            self.forget(self.entries.pop(key))
-            self.stats.dropped_keys["parameters freed"] += 1
+        (``lin.weight = Parameter(new)``) or given new memory (``lin.weight.data = new``, as a
+        weight reload does): they can never match again, and would keep the old weights alive.
+        Checked when a call misses every key, as such a swap makes it do; keys staged with this
+        call's parameters (most of them) are skipped at once."""
+        if not self.layout.static:
+            return
+        current = self.layout.parameter_addresses(args)
+        stale = [
+            key
+            for key, entry in self.entries.items()
+            if entry.staged.parameter_addresses != current and not entry.staged.parameters_current()
+        ]
+        for key in stale:
+            self.forget(self.entries.pop(key), dropped="parameters replaced")
 
-    def forget(self, entry: CapturedKey) -> None:
-        self.stats.keys.pop(entry.label, None)
+    def forget(self, entry: CapturedKey, dropped: str | None = None) -> None:
+        """Release a key; ``dropped`` says why, where the graph lives on without it."""
+        if dropped is None:
+            self.stats.keys.pop(entry.label, None)
+        else:
+            self.stats.dropped(entry.label, dropped)
         entry.graph.release()
 
     def strict_error(self) -> UnsupportedGraphError:

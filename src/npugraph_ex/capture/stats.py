@@ -1,4 +1,11 @@
-"""Counters of every compiled FX graph, readable from Python through ``npugraph_ex.stats()``."""
+"""Counters of every compiled FX graph, readable from Python through ``npugraph_ex.stats()``.
+
+The process-wide sums are mirrored where PyTorch users look for a backend's counters,
+``torch._dynamo.utils.counters["npugraph_ex"]``: ``captures``, ``replays``, and for each counter
+kept by reason (``recaptures``, ``eager_calls``, ``failed_calls``, ``dropped_keys``) its sum and
+``<name>:<reason>``. Those are never reset by ``reset_stats()`` (clear them as Dynamo's own:
+``counters.clear()``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from torch._dynamo.utils import counters as DYNAMO_COUNTERS
 
 
 @dataclass
@@ -22,9 +31,14 @@ class GraphStats:
     """Recaptures of an existing key, by reason."""
     replays: int = 0
     dropped_keys: Counter = field(default_factory=Counter)
-    """Keys released before the graph was, by reason (``parameters freed``)."""
+    """Keys released before the graph was, by reason (``parameters replaced``: freed, or given
+    new memory)."""
     eager_calls: Counter = field(default_factory=Counter)
     """Calls run eagerly instead of replayed, by reason."""
+    failed_calls: Counter = field(default_factory=Counter)
+    """Calls that raised to the caller, by what ran: ``replay``, or the reason of the eager run
+    (``capture failed``: the eager run after a failed capture raised too, as a call with an
+    index out of range does). The graph stays usable."""
     failed_passes: Counter = field(default_factory=Counter)
     """Passes that raised while this graph was compiled (it went on without them)."""
     capture_seconds: float = 0.0
@@ -43,6 +57,39 @@ class GraphStats:
     pools: Callable[[], dict[int, int]] = dict
     """Bytes held now by each pool the graph's keys draw from, by pool identity."""
 
+    def replayed(self, label: str) -> None:
+        self.replays += 1
+        self.keys[label]["replays"] += 1
+        DYNAMO_COUNTERS["npugraph_ex"]["replays"] += 1
+
+    def captured(self, label: str, info: dict[str, Any], recapture: str | None) -> None:
+        """A new key ``label`` (``info``: its kernels and pool bytes), or a recapture of a key
+        for the reason ``recapture``."""
+        self.captures += 1
+        self.keys[label] = {"replays": 0, **info}
+        DYNAMO_COUNTERS["npugraph_ex"]["captures"] += 1
+        if recapture is not None:
+            self.count(self.recaptures, "recaptures", recapture)
+
+    def ran_eagerly(self, reason: str) -> None:
+        self.count(self.eager_calls, "eager_calls", reason)
+
+    def failed(self, reason: str) -> None:
+        self.count(self.failed_calls, "failed_calls", reason)
+
+    def dropped(self, label: str, reason: str) -> None:
+        self.keys.pop(label, None)
+        self.count(self.dropped_keys, "dropped_keys", reason)
+
+    @staticmethod
+    def count(counter: Counter, name: str, reason: str) -> None:
+        """One more ``reason`` in ``counter``, mirrored in Dynamo's counters as ``name`` and
+        ``name:reason``."""
+        counter[reason] += 1
+        mirrored = DYNAMO_COUNTERS["npugraph_ex"]
+        mirrored[name] += 1
+        mirrored[f"{name}:{reason}"] += 1
+
     def summary(self) -> dict[str, Any]:
         """Counters, plus ``pool_bytes``: what the graph's pools hold now (shared pools whole)."""
         return {
@@ -53,6 +100,7 @@ class GraphStats:
             "replays": self.replays,
             "dropped_keys": dict(self.dropped_keys),
             "eager_calls": dict(self.eager_calls),
+            "failed_calls": dict(self.failed_calls),
             "failed_passes": dict(self.failed_passes),
             "capture_seconds": round(self.capture_seconds, 6),
             "static_kernels": dict(self.static_kernels),
@@ -92,6 +140,7 @@ def stats() -> dict[str, Any]:
     totals: dict[str, Any] = {key: sum(g[key] for g in graphs) for key in TOTAL_KEYS}
     totals["recaptures"] = sum(sum(g["recaptures"].values()) for g in graphs)
     totals["eager_calls"] = sum(sum(g["eager_calls"].values()) for g in graphs)
+    totals["failed_calls"] = sum(sum(g["failed_calls"].values()) for g in graphs)
     totals["failed_passes"] = sum(sum(g["failed_passes"].values()) for g in graphs)
     pools: dict[int, int] = {}
     for manager in managers:

@@ -164,6 +164,9 @@ class CpuGraph(CapturedGraph):
         # Owned input buffers are planned like intermediates live from before the first step
         # (the caller's values are copied in before a replay starts).
         movable = (recorder.allocated | owned_keys) - input_keys
+        # An owned input an output views stays where it is: as an output storage it would move
+        # between slots, and another key's replay would take it while the key still refreshes it.
+        movable -= owned_keys & storage_keys(outputs)
         movable -= constants.storages
         step_tensors = [tensors_in((a, k)) for _, a, k in steps]
         if concurrent:
