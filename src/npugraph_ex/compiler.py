@@ -20,7 +20,7 @@ from npugraph_ex.capture.host_copies import copy_host_scalars_without_blocking
 from npugraph_ex.capture.key_shapes import KeySpecialiser, RowPlan
 from npugraph_ex.capture.manager import CaptureManager
 from npugraph_ex.config import Config
-from npugraph_ex.debug.compile_debug import debug_folder, write_captured_graph
+from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
@@ -129,8 +129,11 @@ def compile_graph(
 ) -> Callable[[list[Any]], Any]:
     """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
     graph after the passes and the callable built from it."""
-    lowered = lower_graph(gm, example_inputs, config, graph_name())
-    call = build_graph_callable(lowered, config)
+    name = graph_name()
+    with compile_log(debug_folder(config, name)):
+        log.debug("%s: compiling %d nodes with %s", name, len(gm.graph.nodes), config)
+        lowered = lower_graph(gm, example_inputs, config, name)
+        call = build_graph_callable(lowered, config)
     if on_lowered is not None:
         on_lowered(lowered, call)
     return call

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from npugraph_ex.config import Config
+from npugraph_ex.debug import once
 from npugraph_ex.debug.compile_debug import torch_debug_run
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -29,7 +31,7 @@ def compile_and_call(options: dict | None = None) -> None:
 def expected_files() -> list[str]:
     passes = [p.name for p in PassManager(PIPELINE, Config()).selected()]
     dumps = [f"{i:02d}_after_{name}.py" for i, name in enumerate(passes, start=1)]
-    return sorted(["00_input.py", *dumps, "captured.py", "key0.json"])
+    return sorted(["00_input.py", *dumps, "captured.py", "debug.log", "key0.json"])
 
 
 def test_torch_compile_debug_writes_into_torchs_run_folder(
@@ -51,6 +53,26 @@ def test_torch_compile_debug_writes_into_torchs_run_folder(
     assert summary["kernels"] == 3 and summary["pool_bytes"] > 0
     captured = (folder / "captured.py").read_text()
     assert "# device_type: 'cpu'" in captured and "torch.ops.aten.relu_.default" in captured
+    log = (folder / "debug.log").read_text()
+    assert "DEBUG npugraph_ex.compiler: graph[0/0]: compiling" in log
+    assert "DEBUG npugraph_ex.passes.manager: graph[0/0]: pass remove_noop_ops took" in log
+    assert "DEBUG npugraph_ex.capture.manager: graph[0/0]: captured key0: shapes=[3x3]" in log
+
+
+def test_the_debug_log_leaves_the_applications_logging_as_it_was(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(once, "SEEN", set())  # the one-time warning below, even if said before
+    logger = logging.getLogger("npugraph_ex")
+    before = (logger.level, logger.propagate, list(logger.handlers))
+    with caplog.at_level(logging.INFO):
+        compile_and_call({"debug_dump_dir": str(tmp_path), "super_kernel_optimize": True})
+    assert (logger.level, logger.propagate, list(logger.handlers)) == before
+    seen = [(r.levelname, r.name) for r in caplog.records if r.name.startswith("npugraph_ex")]
+    assert ("WARNING", "npugraph_ex.config") in seen  # what the application sees reaches it
+    assert all(level != "DEBUG" for level, _ in seen)  # and the file's DEBUG lines do not
+    [folder] = tmp_path.iterdir()
+    assert "super_kernel_optimize" in (folder / "debug.log").read_text()
 
 
 def test_debug_dump_dir_wins_and_nothing_is_written_without_either(

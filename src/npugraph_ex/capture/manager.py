@@ -27,7 +27,7 @@ from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.key_shapes import KeySpecialiser
 from npugraph_ex.capture.stats import GraphStats, register
 from npugraph_ex.config import Config
-from npugraph_ex.debug.compile_debug import debug_folder, write_capture_summary
+from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_capture_summary
 from npugraph_ex.debug.dump import CallDump, TensorDumper, say_dumps_run_eagerly
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.debug.profiling import profiled
@@ -303,7 +303,12 @@ class CaptureManager:
         fn, how = self.kernels_for(staged.args)
         started = time.perf_counter()
         label = f"key{self.captures_made}: {self.layout.describe(key)}"
-        with self.runtime.pool_lock(pool), profiled("capture", self.stats.name, label):
+        folder = debug_folder(self.config, self.stats.name)
+        with (
+            self.runtime.pool_lock(pool),
+            profiled("capture", self.stats.name, label),
+            compile_log(folder),
+        ):
             try:
                 graph = self.capture_staged(staged, pool, fn, how)
             except Exception as error:  # any failure to capture falls back to eager
@@ -322,6 +327,7 @@ class CaptureManager:
     def count_capture(self, key: tuple, entry: CapturedKey, recapture_reason: str | None) -> None:
         info = {"kernels": entry.graph.kernel_count, "pool_bytes": entry.graph.pool_bytes}
         self.stats.captured(entry.label, info, recapture_reason)
+        log.debug("%s: captured %s (%s)", self.stats.name, entry.label, info)
         if recapture_reason is None:
             self.notice_value_keys(key)
         folder = debug_folder(self.config, self.stats.name)

@@ -5,6 +5,7 @@ that is captured, with the facts its capture manager keeps, and a summary of eac
     <folder>/graph[0_0]/00_input.py ... 09_after_split_host_ints.py   (the pass manager)
     <folder>/graph[0_0]/captured.py                                   (build_graph_callable)
     <folder>/graph[0_0]/key0.json                                     (each capture)
+    <folder>/graph[0_0]/debug.log                                     (compile_log)
 
 ``<folder>`` is ``debug_dump_dir`` when it is set; else, under ``TORCH_COMPILE_DEBUG=1``, the
 ``npugraph_ex`` folder of this process's run in torch's debug folder
@@ -14,10 +15,13 @@ that is captured, with the facts its capture manager keeps, and a summary of eac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +80,44 @@ def write_capture_summary(folder: Path, label: str, graph: Any) -> None:
     }
     name = label.split(":")[0]
     (folder / f"{name}.json").write_text(json.dumps(summary, indent=1))
+
+
+class Forward(logging.Handler):
+    """Hands records at ``level`` or above to the handlers above ``logger``, as propagation
+    would have with the logger at its own level."""
+
+    def __init__(self, logger: logging.Logger, level: int):
+        super().__init__(level)
+        self.parent = logger.parent
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.parent is not None:
+            self.parent.handle(record)
+
+
+@contextlib.contextmanager
+def compile_log(folder: Path | None) -> Iterator[None]:
+    """Every record of the ``npugraph_ex`` loggers, DEBUG included, appended to
+    ``<folder>/debug.log`` while the block runs (a graph's compile); what reaches the
+    application's own handlers is what it would have been without the file."""
+    if folder is None:
+        yield
+        return
+    logger = logging.getLogger("npugraph_ex")
+    level, propagate = logger.level, logger.propagate
+    handlers = [logging.FileHandler(folder / "debug.log")]
+    handlers[0].setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if propagate:
+        handlers.append(Forward(logger, logger.getEffectiveLevel()))
+    for handler in handlers:
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()

@@ -79,6 +79,7 @@ class PassManager:
         for number, graph_pass in enumerate(self.selected(), start=1):
             started = time.perf_counter()
             before = copy_of(gm)
+            nodes = len(gm.graph.nodes)
             try:
                 gm = run_checked(graph_pass, gm, example_inputs, self.config)
                 inherit_origins(before.graph, gm.graph)
@@ -90,10 +91,12 @@ class PassManager:
                 gm = before
             self.seconds[graph_pass.name] = time.perf_counter() - started
             log.debug(
-                "%s: pass %s took %.3f ms",
+                "%s: pass %s took %.3f ms, %d -> %d nodes",
                 self.graph_name,
                 graph_pass.name,
                 self.seconds[graph_pass.name] * 1e3,
+                nodes,
+                len(gm.graph.nodes),
             )
             self.dump(gm, number, f"after_{graph_pass.name}")
         return gm
