@@ -41,6 +41,18 @@ def test_backend_name_works_without_importing_the_package(name: str) -> None:
     assert result.stdout.strip() == "2"
 
 
+def test_the_package_alone_reaches_its_torchair_modules() -> None:
+    result = run_python(
+        """
+        import npugraph_ex
+        cache = npugraph_ex.inference
+        print(cache.cache_compile.__name__, cache.readable_cache.__name__)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["cache_compile", "readable_cache"]
+
+
 def test_a_name_taken_by_another_backend_is_not_replaced() -> None:
     result = run_python(
         """

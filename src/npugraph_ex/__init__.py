@@ -5,7 +5,8 @@
 
 Importing the package registers the backend (under ``npugraph_ex_portable``; ``npugraph_ex`` comes
 from the package's entry point) and the two graph ops of ``npugraph_ex.scope``, and does nothing
-else.
+else. ``npugraph_ex.inference`` (the compile cache) is reachable from here, as
+``torchair.inference`` is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from npugraph_ex.compat import check_torch_version
 
 check_torch_version()
 
-from npugraph_ex import scope  # noqa: E402
+from npugraph_ex import inference, scope  # noqa: E402
 from npugraph_ex.capture.stats import reset_stats, stats  # noqa: E402
 from npugraph_ex.compiler import compile_fx  # noqa: E402
 from npugraph_ex.config import Config  # noqa: E402
@@ -38,6 +39,7 @@ __all__ = [
     "compile_fx",
     "get_npu_backend",
     "graph_pool_handle",
+    "inference",
     "npugraph_ex_backend",
     "register_replacement",
     "reset_stats",
