@@ -126,7 +126,8 @@ def test_functions_of_different_arities_are_refused_at_registration() -> None:
     assert str(error.value) == (
         "register_replacement: search function sinh_plus_cosh() takes 1 argument but "
         "replacement function scaled_exp() takes 2 arguments; both must take the same "
-        "arguments, in the same order, one per example input"
+        "arguments, in the same order (the replacement is called with what the search function "
+        "bound)"
     )
     assert {key: len(entries) for key, entries in registry().patterns.items()} == patterns_before
 
@@ -136,5 +137,166 @@ def test_example_inputs_must_match_the_arguments() -> None:
         npugraph_ex.register_replacement(sinh_plus_cosh, exp, [torch.randn(4), torch.randn(4)])
     assert str(error.value) == (
         "register_replacement: search function sinh_plus_cosh() takes 1 argument but 2 example "
-        "inputs were given; give one example input per argument"
+        "inputs were given; give one example input per argument not named in scalar_workaround, "
+        "and name each argument that takes a number there: scalar_workaround={name: example value}"
     )
+
+
+def scaled_sinh_plus_cosh(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return (torch.sinh(x) + torch.cosh(x)) * scale
+
+
+def scaled_exp_of(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.exp(x) * scale
+
+
+def halved_model(x: torch.Tensor) -> torch.Tensor:
+    return scaled_sinh_plus_cosh(x * 3, 0.5).relu()
+
+
+@torch.no_grad()
+def test_a_number_argument_named_in_scalar_workaround_is_bound_from_the_graph(traced) -> None:
+    assert npugraph_ex.register_replacement(
+        scaled_sinh_plus_cosh, scaled_exp_of, [torch.randn(4)], scalar_workaround={"scale": 0.1}
+    )
+    graph = traced(halved_model, torch.randn(2, 3))
+    before = graph.op_counts()
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    after = graph.op_counts()
+    assert before["aten.sinh.default"] == before["aten.cosh.default"] == 1
+    assert "aten.sinh.default" not in after and "aten.cosh.default" not in after
+    assert after["aten.exp.default"] == 1 and after["aten.mul.Tensor"] == 2
+    (scaled,) = (n for n in graph.gm.graph.nodes if n.target is aten.mul.Tensor and 0.5 in n.args)
+    assert scaled.args[0].target is aten.exp.default  # the graph's 0.5, not the example's 0.1
+
+    compiled = torch.compile(halved_model, backend="npugraph_ex", fullgraph=True)
+    x = torch.randn(5, 2)
+    assert torch.equal(compiled(x), (torch.exp(x * 3) * 0.5).relu())  # the replacement, exactly
+    torch.testing.assert_close(compiled(x), halved_model(x), rtol=1e-4, atol=1e-4)
+    assert kernels_per_replay() == 4  # mul, exp, mul, relu
+
+
+def clamp_twice(low: float, x: torch.Tensor, high: float) -> torch.Tensor:
+    return torch.clamp_max(torch.clamp_min(x, low), high)
+
+
+def clamp_once(low: float, x: torch.Tensor, high: float) -> torch.Tensor:
+    return torch.clamp(x, low, high)
+
+
+def clamped_model(x: torch.Tensor) -> torch.Tensor:
+    return clamp_twice(-0.5, x * 2, 0.75) + 1
+
+
+@torch.no_grad()
+def test_several_number_arguments_bind_in_any_position(traced) -> None:
+    assert npugraph_ex.register_replacement(
+        clamp_twice, clamp_once, [torch.randn(4)], scalar_workaround={"low": -0.25, "high": 0.3}
+    )
+    graph = traced(clamped_model, torch.randn(3, 4))
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    counts = graph.op_counts()
+    assert "aten.clamp_min.default" not in counts and "aten.clamp_max.default" not in counts
+    (clamp,) = graph.gm.graph.find_nodes(op="call_function", target=aten.clamp.default)
+    assert clamp.args[1:] == (-0.5, 0.75)
+
+    compiled = torch.compile(clamped_model, backend="npugraph_ex", fullgraph=True)
+    x = torch.randn(6, 4)
+    assert torch.equal(compiled(x), clamped_model(x))
+    assert kernels_per_replay() == 3  # mul, clamp, add
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        pytest.param(lambda x: [x], id="one-per-unnamed-argument"),
+        pytest.param(lambda x: [-0.25, x, 0.3], id="one-per-argument"),
+    ],
+)
+def test_example_inputs_may_hold_the_named_numbers_in_their_places_or_leave_them_out(
+    traced, inputs
+) -> None:
+    npugraph_ex.register_replacement(
+        clamp_twice,
+        clamp_once,
+        inputs(torch.randn(4)),
+        scalar_workaround={"low": -0.25, "high": 0.3},
+    )
+    graph = traced(clamped_model, torch.randn(3, 4))
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (clamp,) = graph.gm.graph.find_nodes(op="call_function", target=aten.clamp.default)
+    assert clamp.args[1:] == (-0.5, 0.75)
+
+
+@pytest.mark.parametrize(
+    ("search", "replace", "inputs", "numbers", "message"),
+    [
+        pytest.param(
+            scaled_sinh_plus_cosh,
+            scaled_exp_of,
+            [torch.randn(4)],
+            None,
+            "search function scaled_sinh_plus_cosh() takes 2 arguments but 1 example input was "
+            "given; give one example input per argument not named in scalar_workaround, and name "
+            "each argument that takes a number there: scalar_workaround={name: example value}",
+            id="a-number-argument-not-named",
+        ),
+        pytest.param(
+            clamp_twice,
+            clamp_once,
+            [torch.randn(4), torch.randn(4)],
+            {"low": -0.25, "high": 0.3},
+            "search function clamp_twice() takes 3 arguments, 2 of them named in "
+            "scalar_workaround (low, high), so it needs 1 example input, but 2 example inputs "
+            "were given; give one example input per argument not named in scalar_workaround",
+            id="too-many-example-inputs",
+        ),
+        pytest.param(
+            clamp_twice,
+            clamp_once,
+            [-0.25, torch.randn(4), torch.randn(4)],
+            {"low": -0.25, "high": 0.3},
+            "search function clamp_twice() takes 3 arguments, 2 of them named in "
+            "scalar_workaround (low, high), so it needs 1 example input, but 3 example inputs "
+            "were given",
+            id="a-tensor-in-a-named-place",
+        ),
+        pytest.param(
+            scaled_sinh_plus_cosh,
+            scaled_exp_of,
+            [torch.randn(4)],
+            {"scal": 0.1},
+            "scalar_workaround names 'scal', which is not an argument of search function "
+            "scaled_sinh_plus_cosh() (its arguments: x, scale); name the arguments that take a "
+            "number",
+            id="not-an-argument",
+        ),
+        pytest.param(
+            scaled_sinh_plus_cosh,
+            scaled_exp_of,
+            [torch.randn(4)],
+            {"scale": torch.tensor(0.1)},
+            "scalar_workaround['scale'] must be a float or an int (the example value of a number "
+            "argument), got Tensor",
+            id="not-a-number",
+        ),
+        pytest.param(
+            clamp_twice,
+            clamp_once,
+            [torch.randn(4)],
+            {"low": 0.5, "high": 0.5},
+            "scalar_workaround gives 'low' and 'high' the same example value 0.5; give each a "
+            "different value (the pattern tells number arguments apart by their example values)",
+            id="one-value-twice",
+        ),
+    ],
+)
+def test_a_wrong_scalar_workaround_is_refused_naming_the_fix(
+    search, replace, inputs, numbers, message
+) -> None:
+    patterns_before = {key: len(entries) for key, entries in registry().patterns.items()}
+    with pytest.raises(TypeError) as error:
+        npugraph_ex.register_replacement(search, replace, inputs, scalar_workaround=numbers)
+    assert str(error.value).startswith("register_replacement: ")
+    assert message in str(error.value)
+    assert {key: len(entries) for key, entries in registry().patterns.items()} == patterns_before

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.graph_facts import within_one_scope
+from npugraph_ex.passes.patterns.checks import is_number
 
 
 def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
@@ -113,12 +114,19 @@ def register_replacement(
 
     ``example_inputs`` are traced through both functions (tensors of any size: matches are
     re-checked with their own shapes); ``extra_check(match)`` may refuse a match;
-    ``scalar_workaround`` names float/int arguments with an example value, so the pattern takes
-    them as arguments instead of constants; ``skip_duplicates=True`` makes registering the same
-    pattern twice a no-op instead of an error. Returns whether the pattern was added.
+    ``skip_duplicates=True`` makes registering the same pattern twice a no-op instead of an
+    error. Returns whether the pattern was added.
 
-    ``search_fn`` and ``replace_fn`` take the same arguments, one per example input: a
-    mismatch raises ``TypeError`` here, naming both functions.
+    ``scalar_workaround`` maps each number (float or int) argument of ``search_fn`` to an example
+    value (``{"scale": 0.1}``): the pattern is traced with it and binds, in each match, the
+    number the graph holds in its place, which the replacement receives, so one pattern serves
+    every value. The pattern finds such an argument by its example value: give each a value of
+    its own that the function uses nowhere else.
+
+    ``search_fn`` and ``replace_fn`` take the same arguments; ``example_inputs`` holds one value
+    per argument not named in ``scalar_workaround``, in order (Inductor's form), or one per
+    argument with a number in each named one's place. Anything else raises ``TypeError`` here,
+    naming the function and the fix.
 
     A match never spans the edge of a scope (``npugraph_ex.scope``) or an in-place op, whatever
     ``extra_check`` says.
@@ -147,13 +155,16 @@ def add_replacement(
     """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge."""
     from torch._inductor import pattern_matcher
 
-    check_arities(search_fn, replace_fn, example_inputs)
+    numbers = options.get("scalar_workaround") or {}
+    check_arities(search_fn, replace_fn)
+    check_scalar_workaround(search_fn, numbers)
+    inputs = traced_inputs(search_fn, example_inputs, numbers)
 
     def check(match: Any) -> bool:
         return within_one_scope(match.nodes) and (extra_check is None or extra_check(match))
 
     added = pattern_matcher.register_replacement(
-        search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, check, **options
+        search_fn, replace_fn, inputs, trace_fn, pass_dict, check, **options
     )
     return bool(added)
 
@@ -171,27 +182,86 @@ def arguments(count: int) -> str:
     return f"{count} argument" if count == 1 else f"{count} arguments"
 
 
-def check_arities(
-    search_fn: Callable[..., Any], replace_fn: Callable[..., Any], example_inputs: Sequence[Any]
-) -> None:
-    """Both functions take one argument per example input: the matcher binds the graph's values
-    to the search function's arguments and passes them, by position, to the replacement."""
+def example_inputs_text(count: int) -> str:
+    return f"{count} example input" if count == 1 else f"{count} example inputs"
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+def check_arities(search_fn: Callable[..., Any], replace_fn: Callable[..., Any]) -> None:
+    """Both functions take the same arguments: the matcher binds the graph's values to the search
+    function's arguments and passes them, by position, to the replacement."""
     search_arity, replace_arity = arity(search_fn), arity(replace_fn)
-    search_name = getattr(search_fn, "__qualname__", repr(search_fn))
-    replace_name = getattr(replace_fn, "__qualname__", repr(replace_fn))
     if search_arity is not None and replace_arity is not None and search_arity != replace_arity:
         raise TypeError(
-            f"register_replacement: search function {search_name}() takes "
-            f"{arguments(search_arity)} but replacement function {replace_name}() takes "
-            f"{arguments(replace_arity)}; both "
-            "must take the same arguments, in the same order, one per example input"
+            f"register_replacement: search function {name_of(search_fn)}() takes "
+            f"{arguments(search_arity)} but replacement function {name_of(replace_fn)}() takes "
+            f"{arguments(replace_arity)}; both must take the same arguments, in the same order "
+            "(the replacement is called with what the search function bound)"
         )
-    if search_arity is not None and search_arity != len(example_inputs):
-        raise TypeError(
-            f"register_replacement: search function {search_name}() takes "
-            f"{arguments(search_arity)} but {len(example_inputs)} example inputs were given; "
-            "give one example input per argument"
+
+
+def traced_inputs(
+    search_fn: Callable[..., Any], example_inputs: Sequence[Any], numbers: dict[str, Any]
+) -> list[Any]:
+    """The example inputs as Inductor's ``register_replacement`` takes them: one per argument of
+    ``search_fn`` that ``numbers`` (``scalar_workaround``) does not name, in order (it fills each
+    named argument from ``numbers``, each other from the next example input).
+
+    Also taken: one example input per argument, a number in the place of each named one; those
+    numbers are dropped (the pattern is traced with ``numbers``' values).
+    """
+    count, inputs = arity(search_fn), list(example_inputs)
+    if count is None:
+        return inputs
+    names = list(inspect.signature(search_fn).parameters)[:count]
+    named = [index for index, name in enumerate(names) if name in numbers]
+    if named and len(inputs) == count and all(is_number(inputs[i]) for i in named):
+        return [value for index, value in enumerate(inputs) if index not in named]
+    if len(inputs) == count - len(named):
+        return inputs
+    takes = f"takes {arguments(count)}"
+    if named:
+        takes += (
+            f", {len(named)} of them named in scalar_workaround "
+            f"({', '.join(names[i] for i in named)}), so it needs "
+            f"{example_inputs_text(count - len(named))},"
         )
+    given = "was" if len(inputs) == 1 else "were"
+    raise TypeError(
+        f"register_replacement: search function {name_of(search_fn)}() {takes} but "
+        f"{example_inputs_text(len(inputs))} {given} given; give one example input per argument "
+        "not named in scalar_workaround, and name each argument that takes a number there: "
+        "scalar_workaround={name: example value}"
+    )
+
+
+def check_scalar_workaround(search_fn: Callable[..., Any], numbers: dict[str, Any]) -> None:
+    """Each name is an argument of ``search_fn`` with a number of its own as example value: the
+    pattern tells a number argument by its example value where the traced graph holds it."""
+    parameters = list(inspect.signature(search_fn).parameters)
+    by_value: dict[Any, str] = {}
+    for name, value in numbers.items():
+        if name not in parameters:
+            raise TypeError(
+                f"register_replacement: scalar_workaround names {name!r}, which is not an "
+                f"argument of search function {name_of(search_fn)}() (its arguments: "
+                f"{', '.join(parameters)}); name the arguments that take a number"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"register_replacement: scalar_workaround[{name!r}] must be a float or an int "
+                f"(the example value of a number argument), got {type(value).__name__}"
+            )
+        if value in by_value:
+            raise TypeError(
+                f"register_replacement: scalar_workaround gives {by_value[value]!r} and "
+                f"{name!r} the same example value {value!r}; give each a different value (the "
+                "pattern tells number arguments apart by their example values)"
+            )
+        by_value[value] = name
 
 
 @functools.cache
