@@ -11,9 +11,10 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 import npugraph_ex.config as config_module
-from npugraph_ex.config import OPTION_NAMES, Config
+from npugraph_ex.config import OPTION_ALIASES, OPTION_NAMES, Config
 from npugraph_ex.errors import ConfigError, ConfigTypeError, NpuGraphExError
 
 BOOL = "a bool (True or False)"
@@ -28,6 +29,15 @@ def pass_a(graph: Any) -> None:
 
 def pass_b(graph: Any) -> None:
     """Another custom pass that does nothing."""
+
+
+def exact_gelu(x: Any, approximate: str = "none") -> Any:
+    """A decomposition."""
+    return x
+
+
+GELU = torch.ops.aten.gelu.default
+DECOMPOSITIONS = "a dict of ATen ops (such as torch.ops.aten.gelu.default) to callables, or None"
 
 
 # name, a good non-default value, how it is stored, a bad value, what the message says is allowed,
@@ -53,6 +63,15 @@ OPTIONS = [
     ("num_warmup_iters", 0, 0, -1, "an int >= 0", ConfigError),
     ("static_kernel_compile", True, True, 1, BOOL, ConfigTypeError),
     ("disable_static_kernel_compile_cache", True, True, 1, BOOL, ConfigTypeError),
+    ("static_kernel_sym_index", 2, 2, -1, "an int >= 0", ConfigError),
+    (
+        "static_kernel_sym_values",
+        [1, 8],
+        (1, 8),
+        [1, "8"],
+        "a list or tuple of ints, or None",
+        ConfigTypeError,
+    ),
     ("remove_noop_ops", False, False, 0, BOOL, ConfigTypeError),
     ("remove_cat_ops", False, False, 0, BOOL, ConfigTypeError),
     ("inplace_pass", False, False, 0, BOOL, ConfigTypeError),
@@ -60,6 +79,14 @@ OPTIONS = [
     ("pattern_fusion_pass", False, False, 0, BOOL, ConfigTypeError),
     ("post_grad_custom_pre_pass", pass_a, pass_a, "mod.fn", CALLABLE, ConfigTypeError),
     ("post_grad_custom_post_pass", pass_b, pass_b, 3, CALLABLE, ConfigTypeError),
+    (
+        "custom_decompositions",
+        {GELU: exact_gelu},
+        {GELU: exact_gelu},
+        [GELU],
+        DECOMPOSITIONS,
+        ConfigTypeError,
+    ),
     ("dump_tensor_data", True, True, 1, BOOL, ConfigTypeError),
     (
         "data_dump_stage",
@@ -125,6 +152,11 @@ MORE_BAD = [
     ("disabled_passes", ["ok", 3], "a list or tuple of pass names (str)", ConfigTypeError),
     ("data_dump_dir", None, "a str or os.PathLike", ConfigTypeError),
     ("data_dump_dir", b"dumps", "a str or os.PathLike", ConfigTypeError),
+    ("static_kernel_sym_index", True, "an int >= 0", ConfigTypeError),
+    ("static_kernel_sym_values", 8, "a list or tuple of ints, or None", ConfigTypeError),
+    ("static_kernel_sym_values", [True], "a list or tuple of ints, or None", ConfigTypeError),
+    ("custom_decompositions", {"aten.gelu": exact_gelu}, DECOMPOSITIONS, ConfigTypeError),
+    ("custom_decompositions", {GELU: "exact_gelu"}, DECOMPOSITIONS, ConfigTypeError),
 ]
 
 HASH_EXEMPT = {"use_graph_pool", "data_dump_dir", "debug_dump_dir"}
@@ -384,3 +416,77 @@ def test_ascend_only_warning_not_repeated(caplog: pytest.LogCaptureFixture) -> N
         Config(super_kernel_optimize=True, super_kernel_optimize_options={"x": 1})
         Config(super_kernel_debug_options={"y": 2})
     assert [r for r in caplog.records if "Ascend" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize(("alias", "name"), OPTION_ALIASES.items())
+@pytest.mark.parametrize(("value", "stored"), [(0, 0), (3, 3), ([2, 4], (2, 4)), (None, None)])
+def test_torchair_names_are_aliases(alias: str, name: str, value: Any, stored: Any) -> None:
+    """TorchAir's flat names are the same options: the same checks, the same Config."""
+    try:
+        expected = Config.from_options({name: value})
+    except ConfigError as error:
+        with pytest.raises(type(error)) as info:
+            Config.from_options({alias: value})
+        assert str(info.value) == str(error).replace(name, alias)
+        return
+    assert Config.from_options({alias: value}) == expected
+    assert getattr(expected, name) == stored
+    assert Config.from_options({alias: value, name: value}) == expected
+
+
+def test_an_alias_and_its_option_must_agree() -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.from_options(
+            {"_vllm_aclnn_static_kernel_sym_index": 1, "static_kernel_sym_index": 2}
+        )
+    assert str(info.value) == (
+        "_vllm_aclnn_static_kernel_sym_index=1 conflicts with static_kernel_sym_index=2: both "
+        "name option 'static_kernel_sym_index'; give it once"
+    )
+
+
+def test_an_alias_is_a_close_match() -> None:
+    with pytest.raises(ConfigError, match="did you mean '_vllm_aclnn_static_kernel_sym_range'"):
+        Config.from_options({"_vllm_aclnn_static_kernel_sym_rang": [1]})
+
+
+@pytest.mark.parametrize(
+    ("index", "values", "ints", "chosen"),
+    [
+        (0, None, [], True),
+        (0, None, [7, 3], True),
+        (0, (7, 8), [7, 3], True),
+        (1, (7, 8), [7, 3], False),
+        (1, (3,), [7, 3], True),
+        (2, (3,), [7, 3], False),  # past the graph's ints: no key, as in TorchAir
+        (0, (), [7], False),
+    ],
+)
+def test_static_kernel_keys_chosen_by_one_int(
+    index: int, values: tuple[int, ...] | None, ints: list[int], chosen: bool
+) -> None:
+    config = Config(static_kernel_sym_index=index, static_kernel_sym_values=values)
+    assert config.static_kernels_for(ints) is chosen
+
+
+def test_decompositions_of_a_packet_cover_each_overload() -> None:
+    packet = torch.ops.aten.gelu
+
+    def approximate(x: Any, approximate: str = "none") -> Any:
+        return x
+
+    config = Config(custom_decompositions={packet: exact_gelu, packet.default: approximate})
+    table = config.custom_decompositions
+    assert table == {packet.default: approximate, packet.out: exact_gelu}
+    assert Config(custom_decompositions={}).custom_decompositions is None
+
+
+def test_hash_tells_decompositions_apart() -> None:
+    def other_gelu(x: Any, approximate: str = "none") -> Any:
+        return x
+
+    one = Config(custom_decompositions={GELU: exact_gelu}).compute_hash()
+    assert one == Config(custom_decompositions={GELU: exact_gelu}).compute_hash()
+    assert one != Config(custom_decompositions={GELU: other_gelu}).compute_hash()
+    silu = torch.ops.aten.silu.default
+    assert one != Config(custom_decompositions={silu: exact_gelu}).compute_hash()

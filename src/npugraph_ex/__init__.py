@@ -11,11 +11,13 @@ else. ``npugraph_ex.inference`` (the compile cache) is reachable from here, as
 
 from __future__ import annotations
 
+import logging
+
 from npugraph_ex.compat import check_torch_version
 
 check_torch_version()
 
-from npugraph_ex import inference, scope  # noqa: E402
+from npugraph_ex import inference, ops, scope  # noqa: E402
 from npugraph_ex.capture.stats import reset_stats, stats  # noqa: E402
 from npugraph_ex.compiler import compile_fx  # noqa: E402
 from npugraph_ex.config import Config  # noqa: E402
@@ -27,6 +29,10 @@ from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend  # noqa:
 
 backend = npugraph_ex_backend
 """The backend callable: ``torch.compile(model, backend=npugraph_ex.backend)``."""
+
+logger = logging.getLogger("npugraph_ex")
+"""The root of the package's loggers (``torchair.logger`` in TorchAir's scripts):
+``npugraph_ex.logger.setLevel(logging.DEBUG)``."""
 
 register_backends(npugraph_ex_backend)
 
@@ -40,7 +46,9 @@ __all__ = [
     "get_npu_backend",
     "graph_pool_handle",
     "inference",
+    "logger",
     "npugraph_ex_backend",
+    "ops",
     "register_replacement",
     "reset_stats",
     "scope",

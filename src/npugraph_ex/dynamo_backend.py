@@ -38,11 +38,19 @@ def npugraph_ex_backend(
     config = Config.from_options(options, mode=mode)
     if config.mode == "max-autotune":
         from torch._inductor.compile_fx import compile_fx as inductor_compile
+        from torch._inductor.decomposition import select_decomp_table
 
-        return inductor_compile(gm, example_inputs, config_patches={"max_autotune": True})
+        custom = config.custom_decompositions
+        return inductor_compile(
+            gm,
+            example_inputs,
+            config_patches={"max_autotune": True},
+            decompositions={**select_decomp_table(), **custom} if custom else None,
+        )
     return aot_module_simplified(
         gm,
         example_inputs,
+        decompositions=config.custom_decompositions,
         fw_compiler=functools.partial(compile_eagerly, config=config),
         bw_compiler=functools.partial(compile_eagerly, config=config),
         inference_compiler=functools.partial(compile_graph, config=config, on_lowered=on_lowered),

@@ -20,28 +20,37 @@ import torch
 
 from npugraph_ex.cache.method import CachedMethod
 from npugraph_ex.cache.readable import readable_entries
+from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import ConfigTypeError
-from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend
+from npugraph_ex.torchair_compat import CompilerConfig, ConfiguredBackend, get_npu_backend
 
 __all__ = ["cache_compile", "default_cache_dir", "readable_cache"]
 
 log = logging.getLogger(__name__)
 
 CACHE_HOME_VARIABLE = "NPUGRAPH_EX_CACHE_HOME"
+TORCHAIR_CACHE_HOME_VARIABLE = "TORCHAIR_CACHE_HOME"
+"""TorchAir's variable for the same folder, honoured when ours is not set."""
 ASCEND_ONLY_ARGUMENTS = ("ge_cache",)
 """TorchAir arguments for its graph engine: accepted, with a one-time warning."""
 
 
 def default_cache_dir() -> Path:
-    """``$NPUGRAPH_EX_CACHE_HOME``, else ``.npugraph_ex_cache`` in the working directory."""
-    return Path(os.environ.get(CACHE_HOME_VARIABLE) or Path.cwd() / ".npugraph_ex_cache")
+    """``$NPUGRAPH_EX_CACHE_HOME``, else ``$TORCHAIR_CACHE_HOME``, else ``.npugraph_ex_cache``
+    in the working directory."""
+    for variable in (CACHE_HOME_VARIABLE, TORCHAIR_CACHE_HOME_VARIABLE):
+        home = os.environ.get(variable)
+        if home:
+            return Path(home)
+    return Path.cwd() / ".npugraph_ex_cache"
 
 
 def cache_compile(
     func: Callable[..., Any],
     *,
     config: CompilerConfig | None = None,
+    backend: ConfiguredBackend | None = None,
     dynamic: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     global_rank: int | None = None,
@@ -54,7 +63,9 @@ def cache_compile(
     """Compile ``func``, a bound method of an ``nn.Module``, through a cache on disk.
 
     ``config`` (a ``CompilerConfig``) and ``options`` (flat option names) are merged, ``options``
-    winning a conflict with a one-time warning. The cache lives under ``cache_dir`` (default
+    winning a conflict with a one-time warning; ``backend``, what :func:`get_npu_backend`
+    returned, stands for its config and ``custom_decompositions`` (a ``config`` given too must
+    equal its config, as in TorchAir). The cache lives under ``cache_dir`` (default
     :func:`default_cache_dir`), one entry per model class, method, options, ``dynamic`` and
     ranks; ``global_rank`` defaults to this process's rank when ``torch.distributed`` runs with
     more than one process.
@@ -68,7 +79,7 @@ def cache_compile(
     for name in kwargs:
         if name not in ASCEND_ONLY_ARGUMENTS:
             valid = (
-                "config, dynamic, cache_dir, global_rank, tp_rank, pp_rank, "
+                "config, backend, dynamic, cache_dir, global_rank, tp_rank, pp_rank, "
                 "custom_decompositions, options"
             )
             raise TypeError(
@@ -83,13 +94,40 @@ def cache_compile(
         )
     if not isinstance(dynamic, bool):
         raise ConfigTypeError(f"cache_compile: dynamic must be a bool, got {dynamic!r}")
-    backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
+    if backend is None:
+        backend = get_npu_backend(
+            compiler_config=config, custom_decompositions=custom_decompositions
+        )
+    else:
+        backend = backend_with(backend, config, custom_decompositions)
     return CachedMethod(  # validates the options: a bad one fails here, not at the first call
         func,
         options=backend.merged(dict(options or {})),
         dynamic=dynamic,
         cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
         ranks=ranks_of(global_rank, tp_rank, pp_rank),
+    )
+
+
+def backend_with(
+    backend: Any, config: CompilerConfig | None, decompositions: Mapping[Any, Any] | None
+) -> ConfiguredBackend:
+    """``backend``, checked as TorchAir checks it, with ``decompositions`` where given."""
+    if not isinstance(backend, ConfiguredBackend):
+        raise ConfigTypeError(
+            "cache_compile: backend must be what npugraph_ex.get_npu_backend() returns, "
+            f"got {type(backend).__name__}"
+        )
+    if config is not None and config != backend.compiler_config:
+        raise ValueError(
+            "cache_compile: config differs from the CompilerConfig the backend was built with; "
+            "pass only one of them"
+        )
+    if decompositions is None:
+        return backend
+    table = Config.from_options({"custom_decompositions": decompositions}).custom_decompositions
+    return ConfiguredBackend(
+        {**backend.options, "custom_decompositions": table}, backend.compiler_config
     )
 
 

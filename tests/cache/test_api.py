@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import re
 from collections.abc import Callable
@@ -16,11 +17,13 @@ import npugraph_ex.inference
 from helpers import intra_op_threads
 from models import make_mlp
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+from npugraph_ex.cache.entry import entry_key
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
+from npugraph_ex.config import Config
 from npugraph_ex.errors import ConfigError, ConfigTypeError
 from npugraph_ex.passes.patterns import onednn_linear, row_products
-from npugraph_ex.torchair_compat import CompilerConfig
+from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend
 
 
 def plain_function(x: torch.Tensor) -> torch.Tensor:
@@ -64,6 +67,123 @@ def test_config_and_options_merge(tmp_path: Path) -> None:
         make_mlp().forward, config=config, options={"clone_output": True}, cache_dir=tmp_path
     )
     assert (cached.config.capture_limit, cached.config.clone_output) == (3, True)
+
+
+@pytest.mark.parametrize(
+    ("ours", "torchair", "home"),
+    [
+        (None, None, None),
+        (None, "torchair_home", "torchair_home"),
+        ("our_home", None, "our_home"),
+        ("our_home", "torchair_home", "our_home"),
+        ("", "torchair_home", "torchair_home"),
+    ],
+)
+def test_the_cache_home_is_ours_else_torchair_s(
+    ours: str | None,
+    torchair: str | None,
+    home: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for variable, value in (("NPUGRAPH_EX_CACHE_HOME", ours), ("TORCHAIR_CACHE_HOME", torchair)):
+        if value is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, value)
+    expected = tmp_path / ".npugraph_ex_cache" if home is None else Path(home)
+    assert npugraph_ex.inference.default_cache_dir() == expected
+    cached = npugraph_ex.inference.cache_compile(make_mlp().forward)
+    assert cached.cache_dir == expected
+
+
+def test_a_backend_stands_for_its_config(tmp_path: Path) -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.static_capture_size_limit = 3
+    backend = get_npu_backend(compiler_config=config, custom_decompositions={GELU: exact_gelu})
+    forward = make_mlp().forward
+    cached = npugraph_ex.inference.cache_compile(forward, backend=backend, cache_dir=tmp_path)
+    assert cached.config.capture_limit == 3
+    assert cached.config.custom_decompositions == {GELU: exact_gelu}
+    same = copy_of(config)
+    assert (
+        npugraph_ex.inference.cache_compile(
+            forward, config=same, backend=backend, cache_dir=tmp_path
+        ).config
+        == cached.config
+    )
+    same.debug.aclgraph.static_capture_size_limit = 4
+    with pytest.raises(ValueError, match="config differs from the CompilerConfig the backend"):
+        npugraph_ex.inference.cache_compile(forward, config=same, backend=backend)
+    with pytest.raises(ConfigTypeError, match="backend must be what npugraph_ex.get_npu_backend"):
+        npugraph_ex.inference.cache_compile(forward, backend="npugraph_ex")  # type: ignore
+
+
+def copy_of(config: CompilerConfig) -> CompilerConfig:
+    return config.copy()
+
+
+GELU = torch.ops.aten.gelu.default
+
+
+def exact_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return x * 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def scaled_lambdas() -> list[Callable[..., Any]]:
+    """Two functions of one name (``<lambda>``) whose code differs."""
+    return [
+        lambda x, approximate="none": x * 1.0,
+        lambda x, approximate="none": x * 2.0,
+    ]
+
+
+def test_decompositions_are_part_of_the_cache_key(tmp_path: Path) -> None:
+    """Decompositions change the traced graph: an entry is found again only with the same ops
+    and the same code, even where their functions share a name."""
+    forward = make_mlp().forward
+
+    def key(decompositions: dict[Any, Any] | None) -> str:
+        config = Config(custom_decompositions=decompositions)
+        return entry_key(forward, config, dynamic=True, cache_dir=tmp_path, ranks={}).digest
+
+    one, two = scaled_lambdas()
+    assert Config(custom_decompositions={GELU: one}).compute_hash() == (
+        Config(custom_decompositions={GELU: two}).compute_hash()
+    )
+    keys = [key(None), key({GELU: one}), key({GELU: two}), key({torch.ops.aten.relu: one})]
+    assert len(set(keys)) == len(keys)
+    assert key({GELU: scaled_lambdas()[0]}) == keys[1]
+    assert key(None) == keys[0]
+
+
+def test_a_cached_graph_keeps_its_decompositions(tmp_path: Path) -> None:
+    model = make_mlp()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        want = model(x)
+        stored = npugraph_ex.inference.cache_compile(
+            model.forward, cache_dir=tmp_path, custom_decompositions={GELU: exact_gelu}
+        )
+        torch.testing.assert_close(stored(x), want)
+        torch._dynamo.reset()
+        plain = npugraph_ex.inference.cache_compile(model.forward, cache_dir=tmp_path)
+        torch.testing.assert_close(plain(x), want)
+        torch._dynamo.reset()
+        loaded = npugraph_ex.inference.cache_compile(
+            model.forward, cache_dir=tmp_path, custom_decompositions={GELU: exact_gelu}
+        )
+        torch.testing.assert_close(loaded(x), want)
+    assert plain.path != stored.path == loaded.path
+    assert (loaded.cache_info()["hits"], loaded.cache_info()["compiled"]) == (1, 0)
+    text = npugraph_ex.inference.readable_cache(stored.path, print_output=False)
+    plain_text = npugraph_ex.inference.readable_cache(plain.path, print_output=False)
+    assert ("torch.ops.aten.erf" in text, "torch.ops.aten.gelu" in text) == (True, False)
+    assert ("torch.ops.aten.erf" in plain_text, "torch.ops.aten.gelu" in plain_text) == (
+        False,
+        True,
+    )
 
 
 def test_a_cached_call_is_eager_exact_and_readable(

@@ -51,6 +51,7 @@ def test_a_subtly_wrong_user_pattern_is_named_with_its_pass_and_node() -> None:
     assert result.layer == "pass pattern_fusion_pass"
     assert [(t.name, t.ok) for t in result.trials][2:] == [
         ("npugraph_ex, force_eager", False),
+        ("npugraph_ex, force_eager, native_streams off", False),
         ("npugraph_ex, force_eager, remove_noop_ops off", False),
         ("npugraph_ex, force_eager, pattern_fusion_pass off", True),
     ]

@@ -40,6 +40,9 @@ def main() -> None:
     options = {"static_kernel_compile": True}
     if "--disable-cache" in sys.argv:
         options["disable_static_kernel_compile_cache"] = True
+    if "--rows-with-kernels" in sys.argv:  # TorchAir's spelling of static_kernel_sym_values
+        rows = int(sys.argv[sys.argv.index("--rows-with-kernels") + 1])
+        options["_vllm_aclnn_static_kernel_sym_range"] = [rows]
     compiled = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=True,
                              options=options)  # fmt: skip
     diffs = []

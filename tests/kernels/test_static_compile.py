@@ -27,7 +27,13 @@ RUN = Path(__file__).with_name("kernel_cache_run.py")
 ATOL = 1e-5
 """Inductor's fused C++ loops sum in another order than ATen's kernels."""
 
-CAPTURE_ONLY_PASSES = {"remove_cat_ops", "inplace_pass", "input_inplace_pass", "plan_streams"}
+CAPTURE_ONLY_PASSES = {
+    "native_streams",
+    "remove_cat_ops",
+    "inplace_pass",
+    "input_inplace_pass",
+    "plan_streams",
+}
 
 
 def start_fresh(cache_dir: Path, *flags: str) -> subprocess.Popen:
@@ -49,11 +55,13 @@ def report_of(process: subprocess.Popen) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def three_processes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """First compile, second process on the same cache, third with the cache disabled (its own
-    cache folder, so it runs beside the first)."""
+    """First compile, second process on the same cache, third with the cache disabled and
+    kernels for 5 rows only (its own cache folder, so it runs beside the first)."""
     cache_dir = tmp_path_factory.mktemp("inductor-cache")
     first = start_fresh(cache_dir)
-    third = start_fresh(tmp_path_factory.mktemp("inductor-cache-off"), "--disable-cache")
+    third = start_fresh(
+        tmp_path_factory.mktemp("inductor-cache-off"), "--disable-cache", "--rows-with-kernels", "5"
+    )
     first_report = report_of(first)
     second_report = report_of(start_fresh(cache_dir))
     return [first_report, second_report, report_of(third)]
@@ -81,8 +89,14 @@ def test_a_second_process_loads_the_kernels_from_the_cache(
 
 
 @pytest.mark.slow
-def test_disabling_the_cache_compiles_again(three_processes: list[dict[str, Any]]) -> None:
-    assert three_processes[2]["static_kernels"] == {"compiled": 2}
+def test_disabling_the_cache_compiles_again_and_sym_values_choose_the_keys(
+    three_processes: list[dict[str, Any]],
+) -> None:
+    third = three_processes[2]
+    # Rows 3, 5, 3 with kernels for 5 rows only: the 3-row key captures the ATen graph.
+    assert third["static_kernels"] == {"not chosen": 1, "compiled": 1}
+    assert (third["captures"], third["replays"]) == (2, 1)
+    assert third["max_output_diff"] <= ATOL
 
 
 def test_capture_only_passes_make_way_for_inductor() -> None:

@@ -11,8 +11,8 @@ from npugraph_ex.errors import NpuGraphExError
 
 EXAMPLES = """\
 examples:
-  npugraph-ex cache list                     entries under $NPUGRAPH_EX_CACHE_HOME
-                                             (default ./.npugraph_ex_cache)
+  npugraph-ex cache list                     entries under $NPUGRAPH_EX_CACHE_HOME, else
+                                             $TORCHAIR_CACHE_HOME (default ./.npugraph_ex_cache)
   npugraph-ex cache show .npugraph_ex_cache  key, guards, graphs and bytecode of each entry
   npugraph-ex cache clear /srv/model-cache   remove every entry under that folder
 """

@@ -12,6 +12,7 @@ reported once and rebuilt, never loaded.
 from __future__ import annotations
 
 import datetime
+import inspect
 import pickle
 import platform
 import sys
@@ -62,10 +63,14 @@ def entry_key(
     from npugraph_ex import __version__
 
     module, function = method.__self__, method.__func__
-    callables = [
-        getattr(config, name)
-        for name in ("post_grad_custom_pre_pass", "post_grad_custom_post_pass")
+    passes = [
+        inspect.unwrap(fn)  # the user's function, where the backend wrapped it
+        for fn in (config.post_grad_custom_pre_pass, config.post_grad_custom_post_pass)
     ]
+    code = [code_digest(fn) for fn in passes]
+    # Decompositions change the traced graph: each op and its function's code join the key.
+    decompositions = sorted((config.custom_decompositions or {}).items(), key=lambda i: str(i[0]))
+    code += [f"{op} {code_digest(fn)}" for op, fn in decompositions]
     parts = {
         "format": str(FORMAT),
         "npugraph_ex": __version__,
@@ -74,7 +79,7 @@ def entry_key(
         "machine": platform.machine(),
         "method": f"{function.__qualname__} {code_digest(function)}",
         "module": f"{qualified_name(type(module))} {module_structure(module)}",
-        "options": f"{config.compute_hash()} {[code_digest(c) for c in callables]}",
+        "options": f"{config.compute_hash()} {code}",
         "dynamic": str(dynamic),
         "ranks": repr(sorted(ranks.items())),
     }

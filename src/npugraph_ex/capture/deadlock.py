@@ -6,7 +6,7 @@ a graph can order them differently on two ranks: each then waits for a call the 
 and the job hangs with no message. With ``deadlock_check=True`` each rank, when its graph is built
 and before anything of it runs, gathers every rank's list of collectives (op, group, arguments,
 shapes, source line) and compares them in order. A difference raises :class:`DeadlockRiskError`
-on every rank, naming the first pair that differs; else one log line says "no deadlock risk".
+on every rank, naming the first pair that differs.
 
 The lists travel through the process group's store, not through a collective: the check takes no
 place in the group's sequence of collectives (a rank that compiles while another runs a graph
@@ -17,7 +17,13 @@ of each rank meets the n-th of the others.
 Stream blocks cannot reorder a rank's collectives: ``plan_streams`` joins a block before the next
 collective of the same group, so the program order compared here is the order each rank issues
 them in. Circular waits between stream blocks are refused for every graph when it is built
-(``passes.stream_waits``); with the option, the log line says so for graphs with stream blocks.
+(``passes.stream_waits``); the check looks for them again in the graph as it will run (the pass
+may be off).
+
+A graph that passes gets one INFO line saying what was checked and that nothing was found:
+
+    npugraph_ex: deadlock_check: graph[0/0]: 2 collectives in the same order on all 2 ranks:
+    no deadlock risk
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ import torch.fx
 
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import DeadlockRiskError
+from npugraph_ex.passes.stream_blocks import find_lanes, has_stream_blocks
+from npugraph_ex.passes.stream_waits import check_event_order
 from npugraph_ex.schemas import is_collective
-from npugraph_ex.scope.ops import STREAM, scopes_in
 
 log = logging.getLogger(__name__)
 
@@ -67,29 +74,30 @@ def describe_input(node: torch.fx.Node) -> str:
 
 
 def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
-    """Compare this graph's collectives with every rank's; raise on the first difference."""
+    """Compare this graph's collectives with every rank's and look for circular waits between
+    its stream blocks; raise on the first risk found, else log one line saying none was."""
     import torch.distributed as dist
 
+    checked: list[str] = []
+    if has_stream_blocks(gm.graph):
+        lanes = find_lanes(gm.graph)
+        check_event_order(gm.graph, lanes)
+        count = len(lanes.blocks)
+        checked.append(f"{count} stream block{'s' * (count != 1)} without circular waits")
     mine = collectives_of(gm)
-    if STREAM in scopes_in(gm.graph):
-        log.info(
-            "npugraph_ex: deadlock_check: %s: stream blocks: no circular waits, collectives of "
-            "one group issued in program order",
-            graph_name,
-        )
-    if not mine or not (dist.is_available() and dist.is_initialized()):
-        return
-    everyone = exchanged(mine, graph_name)
-    rank = dist.get_rank()
-    for other, theirs in enumerate(everyone):
-        if other != rank and theirs != mine:
-            raise DeadlockRiskError(first_difference(graph_name, rank, mine, other, theirs))
+    if mine and dist.is_available() and dist.is_initialized():
+        everyone = exchanged(mine, graph_name)
+        rank = dist.get_rank()
+        for other, theirs in enumerate(everyone):
+            if other != rank and theirs != mine:
+                raise DeadlockRiskError(first_difference(graph_name, rank, mine, other, theirs))
+        checked.append(f"{len(mine)} collectives in the same order on all {len(everyone)} ranks")
+    elif mine:
+        checked.append(f"{len(mine)} collectives, no process group to compare them across")
     log.info(
-        "npugraph_ex: deadlock_check: %s: %d collectives in the same order on all %d ranks: no "
-        "deadlock risk",
+        "npugraph_ex: deadlock_check: %s: %s: no deadlock risk",
         graph_name,
-        len(mine),
-        len(everyone),
+        ", ".join(checked) or "no collectives and no stream blocks",
     )
 
 

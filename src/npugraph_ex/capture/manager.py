@@ -380,14 +380,22 @@ class CaptureManager:
                 lock.release()
 
     def kernels_for(self, args: Sequence[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """What to capture for this key, and how: compiled kernels when asked for, else ``fn``.
+        """What to capture for this key, and how: compiled kernels when asked for and the key
+        is chosen (``static_kernel_sym_values``), else ``fn``.
 
         A key whose kernels fail to compile captures the ATen graph instead, and says why once.
         """
-        if self.kernels is None:
-            if self.watches:
-                return WatchedRun(self.fn), self.runtime.capture
-            return self.graph_for(args), self.runtime.capture
+        if self.kernels is not None and not self.kernels.wants(args):
+            self.stats.static_kernels["not chosen"] += 1
+        elif self.kernels is not None:
+            return self.compiled_kernels_for(args)
+        if self.watches:
+            return WatchedRun(self.fn), self.runtime.capture
+        return self.graph_for(args), self.runtime.capture
+
+    def compiled_kernels_for(
+        self, args: Sequence[Any]
+    ) -> tuple[Callable[..., Any], Callable[..., Any]]:
         try:
             fn, outcome = self.kernels.compile(args)
         except Exception as error:  # Inductor may fail on any op; the ATen graph still works

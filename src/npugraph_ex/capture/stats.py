@@ -46,7 +46,8 @@ class GraphStats:
     static_kernels: Counter = field(default_factory=Counter)
     """With ``static_kernel_compile``: captures whose kernels were ``compiled``, loaded on a
     ``cache_hit``, ``reused`` from an earlier capture of the same shapes (a recapture), or
-    ``failed`` to compile (those capture the ATen graph instead)."""
+    ``failed`` to compile (those capture the ATen graph instead), or were ``not chosen`` by
+    ``static_kernel_sym_values`` (those capture the ATen graph)."""
     key_specialisation: Counter = field(default_factory=Counter)
     """Keys of a CPU graph with symbolic sizes whose capture split few-row products, judged on
     the key's own sizes (``specialised``), or where a split raised (``failed``: that product

@@ -43,8 +43,14 @@ class StaticKernelCompiler:
         self.gm = gm
         self.device_type = device_type
         self.use_cache = not config.disable_static_kernel_compile_cache
+        self.chooses = config.static_kernels_for
         self.made: dict[tuple, Any] = {}
         """Compiled code by input signature: a recapture (an input moved) reuses it."""
+
+    def wants(self, args: Sequence[Any]) -> bool:
+        """Whether a key with these inputs gets kernels: ``static_kernel_sym_index`` and
+        ``static_kernel_sym_values`` choose keys by one of the graph's int inputs."""
+        return self.chooses([a for a in args if type(a) is int])
 
     def compile(self, args: Sequence[Any]) -> tuple[CompiledKernels, str]:
         """Kernels computing the graph for inputs with exactly the sizes and ints of ``args``,

@@ -1,6 +1,8 @@
 """The order of the passes, written once.
 
-Custom pre pass, the common optimisations, custom post pass, then the clean-up the capture relies
+PyTorch's own stream regions turned into stream blocks first (so that every later pass, the
+user's included, sees the blocks and no fusion crosses them), custom pre pass, the common
+optimisations, custom post pass, then the clean-up the capture relies
 on, the re-inplacing passes, the plan of where lanes wait for stream blocks (after every pass
 that writes in place, so it sees every write), and last the split of data ints to the host (it
 changes the graph's inputs and outputs, so nothing may run after it). Each built-in optimisation
@@ -20,6 +22,7 @@ from npugraph_ex.passes.custom import run_custom_post_pass, run_custom_pre_pass
 from npugraph_ex.passes.dead_code import eliminate_dead_code
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
 from npugraph_ex.passes.manager import GraphPass
+from npugraph_ex.passes.native_streams import native_streams
 from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.reinplace import reinplace
 from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
@@ -34,6 +37,9 @@ def for_capture(option: str) -> Callable[[Config], bool]:
 
 
 PIPELINE: tuple[GraphPass, ...] = (
+    GraphPass(
+        "native_streams", native_streams, enabled=lambda config: not config.static_kernel_compile
+    ),
     GraphPass(
         "post_grad_custom_pre_pass",
         run_custom_pre_pass,

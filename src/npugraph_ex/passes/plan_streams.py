@@ -6,13 +6,20 @@
              scope_exit(); %h = mm(%x, %w1)                 <- runs while the block runs
              stream_join(0, [%y, %ar, %w]); %o = add(%h, %w)
 
-A node waits for an earlier block of another lane (a ``stream_join`` inserted before it) when it
+First, blocks opened inside other blocks are split into blocks side by side
+(``unnest_blocks``; the regions PyTorch's own stream contexts left in the graph became blocks in
+the ``native_streams`` pass, the first of all). Then a node waits for an earlier block of another
+lane (a ``stream_join`` inserted before it) when it
 - reads memory the block writes or produces,
 - writes memory the block reads or writes (storages, so views count),
 - calls a collective of a process group the block calls too: collectives of one group are issued
   in program order on every rank, or two ranks could pair them differently,
 - waits on a tagged event whose latest record is in the block (``npu_wait_tensor``'s dependency
-  is a read, so it needs nothing more).
+  is a read, so it needs nothing more),
+- is TorchAir's ``wait([r, ...])`` and the block computes one of the nodes it lists (a ``record()``
+  a custom pass inserted has no fake value to find its memory by).
+
+``record_tagged_stream`` neither reads nor writes for this plan: it never waits.
 
 A tag's blocks run one after another on its lane and never wait for each other. The graph's
 output waits for every block not joined yet: a block never outlives its call. A join inside
@@ -41,7 +48,8 @@ from npugraph_ex.passes.stream_blocks import (
     written_args,
 )
 from npugraph_ex.passes.stream_waits import check_event_order, tag_of
-from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT, STREAM_JOIN
+from npugraph_ex.passes.unnest_blocks import unnest_blocks
+from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT, KEEPS_FOR_TAG, STREAM_JOIN, WAIT
 from npugraph_ex.scope.ops import is_scope_marker
 
 
@@ -49,6 +57,7 @@ def plan_streams(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config
     graph = gm.graph
     if not has_stream_blocks(graph):
         return
+    unnest_blocks(graph)
     lanes = find_lanes(graph)
     check_event_order(graph, lanes)
     JoinPlanner(graph, lanes).run()
@@ -73,7 +82,11 @@ class JoinPlanner:
             block = self.lanes.block_of[node]
             if node in self.lanes.closes:
                 self.pending.append(self.lanes.closes[node])
-            if node.op != "call_function" or is_scope_marker(node.target):
+            if (
+                node.op != "call_function"
+                or is_scope_marker(node.target)
+                or node.target in KEEPS_FOR_TAG
+            ):
                 continue
             lane = None if block is None else block.tag
             others = [b for b in self.pending if b.tag != lane]
@@ -90,6 +103,9 @@ class JoinPlanner:
         writes = set().union(*(storages(arg) for arg in written_args(node)))
         group = collective_group(node)
         recorded = self.latest_record.get(tag_of(node)) if node.target is EVENT_WAIT else None
+        listed = (
+            {self.lanes.block_of[n] for n in node.all_input_nodes} if node.target is WAIT else ()
+        )
         return [
             block
             for block in blocks
@@ -97,6 +113,7 @@ class JoinPlanner:
             or writes & (block.reads | block.writes)
             or group in block.groups
             or block is recorded
+            or block in listed
         ]
 
     def join(self, blocks: list[Block], before: torch.fx.Node, waiting: Block | None) -> None:

@@ -6,10 +6,12 @@
     %h  = mm(%x, %w)                                        main
 
 Blocks are numbered in the order they open; a tag's blocks share one lane (they run one after
-another). What a block reads and writes is kept as storages of the nodes' fake values, so a view
-and its base are the same memory. Refused here, with the fix: a stream block opened inside another
-(lanes do not nest) and a ``limit_core_num`` block inside a stream block (a CPU worker cannot cap
-the threads of its block alone: the count is process-wide).
+another). A block opened inside another is a block of its own, opened from the outer one's lane:
+its nodes run on its tag, and the nodes after its exit on the outer tag again (``plan_streams``
+first splits such a graph into blocks side by side, ``unnest_blocks``). What a block reads and
+writes is kept as storages of the nodes' fake values, so a view and its base are the same memory.
+Refused here, with the fix: a ``limit_core_num`` block inside a stream block (a CPU worker cannot
+cap the threads of its block alone: the count is process-wide).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class Block:
     index: int
     tag: str
     enter: torch.fx.Node
+    opener: Block | None = None
+    """The block whose lane opens this one (None: the main path)."""
     reads: set[StorageWeakRef] = field(default_factory=set)
     writes: set[StorageWeakRef] = field(default_factory=set)
     """Storages it writes in place or produces."""
@@ -114,8 +118,16 @@ def has_stream_blocks(graph: torch.fx.Graph) -> bool:
     return any(STREAM_LABEL in block_of(node)[0] for node in enters)
 
 
+def stream_tag(node: torch.fx.Node) -> str | None:
+    """The tag of a ``scope_enter`` node that opens a stream block, else None."""
+    if node.target is not SCOPE_ENTER:
+        return None
+    keys, values = block_of(node)
+    return values[keys.index(STREAM_LABEL)] if STREAM_LABEL in keys else None
+
+
 def find_lanes(graph: torch.fx.Graph) -> Lanes:
-    """Number the stream blocks and give every node its block (checking how blocks nest)."""
+    """Number the stream blocks and give every node its block (the innermost open one)."""
     blocks: list[Block] = []
     lanes: dict[torch.fx.Node, Block | None] = {}
     closes: dict[torch.fx.Node, Block] = {}
@@ -127,8 +139,7 @@ def find_lanes(graph: torch.fx.Graph) -> Lanes:
             keys, values = block_of(node)
             if STREAM_LABEL in keys:
                 tag = values[keys.index(STREAM_LABEL)]
-                refuse_nesting(node, tag, current)
-                block = Block(len(blocks), tag, node)
+                block = Block(len(blocks), tag, node, current)
                 blocks.append(block)
                 open_scopes.append(block)
                 lanes[node] = block
@@ -138,7 +149,8 @@ def find_lanes(graph: torch.fx.Graph) -> Lanes:
                     f"limit_core_num at {source_line(node)} is inside stream block "
                     f"{current.tag!r} ({source_line(current.enter)}): a block runs on a worker "
                     "thread, and the thread count it would cap is process-wide. Put the "
-                    "limit_core_num block around the stream block, or outside it."
+                    "limit_core_num block around the stream block (the outermost one, where "
+                    "blocks nest), or outside it."
                 )
             open_scopes.append(None)
         elif node.target is SCOPE_EXIT and open_scopes:
@@ -146,13 +158,3 @@ def find_lanes(graph: torch.fx.Graph) -> Lanes:
             if closed is not None:
                 closes[node] = closed
     return Lanes(blocks, lanes, closes)
-
-
-def refuse_nesting(node: torch.fx.Node, tag: str, current: Block | None) -> None:
-    if current is None:
-        return
-    raise ScopeError(
-        f"stream block {tag!r} at {source_line(node)} opens inside stream block "
-        f"{current.tag!r} ({source_line(current.enter)}): stream blocks do not nest. Close "
-        f"{current.tag!r} before opening {tag!r}."
-    )

@@ -9,7 +9,7 @@ for the future elsewhere. Graphs written for engines that match a wait with a *l
     with stream("b"): wait(ev_a); ...; record(ev_b)      b waits for a's: neither starts
 
 Both are refused when the graph is built. The happens-before graph has an edge along each lane's
-program order, from the main path into each block it opens, and from each record to the waits
+program order, from each lane into each block it opens, and from each record to the waits
 matched with it (the earlier record, else the later one); a circle through a wait's edge is a
 deadlock, raised as ``DeadlockRiskError`` naming every wait and record on it with its source
 line. A wait that is only late (no circle) is a ``ScopeError`` naming the tag and line.
@@ -38,7 +38,7 @@ def tag_of(node: torch.fx.Node) -> str:
 
 
 def order_edges(graph: torch.fx.Graph, lanes: Lanes) -> Edges:
-    """Program order along each lane, and from the main path into each block it opens."""
+    """Program order along each lane, and from the lane that opens a block into the block."""
     edges: Edges = {}
     last: dict[str | None, torch.fx.Node] = {}
     for node in graph.nodes:
@@ -46,8 +46,10 @@ def order_edges(graph: torch.fx.Graph, lanes: Lanes) -> Edges:
             continue
         block = lanes.block_of[node]
         lane = None if block is None else block.tag
-        if block is not None and node is block.enter and None in last:
-            edges.setdefault(last[None], []).append(node)
+        if block is not None and node is block.enter:
+            opener = None if block.opener is None else block.opener.tag
+            if opener in last:
+                edges.setdefault(last[opener], []).append(node)
         if lane in last:
             edges.setdefault(last[lane], []).append(node)
         last[lane] = node

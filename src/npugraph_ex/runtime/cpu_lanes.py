@@ -40,7 +40,9 @@ Lane = int | None
 
 
 class LaneTracker:
-    """Follows the scope ops a capture runs, to tell which block each kernel belongs to."""
+    """Follows the scope ops a capture runs, to tell which block each kernel belongs to: the
+    innermost stream block open around it (``plan_streams`` leaves no block inside another; a
+    graph it did not plan runs in program order anyway)."""
 
     def __init__(self) -> None:
         self.open: list[Lane] = []

@@ -49,7 +49,8 @@ def stream(tag: str, priority: int = 0) -> Scope:
     graphs put them on a side stream per tag. Where the main path (or another tag) uses what a
     block computes, or writes what it reads, ``plan_streams`` makes it wait for the block there,
     and every block is finished before the graph returns. Passes never move or fuse ops across
-    the scope's edges.
+    the scope's edges. Blocks nest: inside another block, the inner tag holds until the inner
+    block's end, then the outer one's again.
     """
     check_stream(tag, priority)
     return Scope([STREAM_LABEL, STREAM_PRIORITY], [tag, str(priority)])

@@ -12,15 +12,27 @@ A wait waits for the latest record of its tag issued before it, as ``torch.cuda.
 ``block`` to finish; ``touched`` lists every tensor the block reads or writes, so that no tensor
 of the block is freed (or its memory reused) before the join.
 
+TorchAir's ops for custom passes exist with its schemas and mean the same here:
+
+- ``tagged_event_record(tag, created_inside=False)`` / ``tagged_event_wait(...)``: the events
+  above. ``created_inside`` says which of TorchAir's tables holds the event (one its own passes
+  made, or one from ``npu_create_tagged_event``); here an event is its tag, wherever it was made;
+- ``record()`` -> an empty tensor marking the point its lane has reached; ``wait([r, ...])``:
+  the lane that issues it goes on once every node it lists is done (the lanes of the blocks
+  computing them are joined there by ``plan_streams``; a listed tensor of the same lane is done
+  already);
+- ``record_tagged_stream(t, tag)`` / ``record_tagged_stream_(t, tag)``: keep ``t``'s memory for
+  the block of ``tag``; nothing to do, the joins keep every tensor a block touches.
+
 Like the scope ops, these take or return no tensor that a tracer would keep them for, so they are
-registered as side-effectful. Their kernels act only while a device runtime routes stream blocks
-(``scope.router``); elsewhere (eager code, the CPU replay engine, which plans its own waits from
-the joins) they do nothing.
+registered as side-effectful (``record`` returns the tensor ``wait`` uses). Their kernels act only
+while a device runtime routes stream blocks (``scope.router``); elsewhere (eager code, the CPU
+replay engine, which plans its own waits from the joins) they do nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch._ops import OpOverload
@@ -30,14 +42,14 @@ from npugraph_ex.scope.router import active_router
 
 
 @torch.compiler.disable
-def record_event(tag: str) -> None:
+def record_event(tag: str, created_inside: bool = False) -> None:
     router = active_router()
     if router is not None:
         router.record(tag)
 
 
 @torch.compiler.disable
-def wait_event(tag: str) -> None:
+def wait_event(tag: str, created_inside: bool = False) -> None:
     router = active_router()
     if router is not None:
         router.wait(tag)
@@ -54,33 +66,63 @@ def depend_on(self: torch.Tensor, dependency: torch.Tensor) -> None:
     """Nothing to run: the op's place in the graph, reading both tensors, is the dependency."""
 
 
+def mark(*, device: torch.device | None = None) -> torch.Tensor:
+    """``record``: an empty tensor, whose producer is the point a ``wait`` refers to."""
+    return torch.empty(0, device=device)
+
+
+def wait_marks(x: Sequence[torch.Tensor]) -> None:
+    """``wait``: nothing to run; the joins ``plan_streams`` puts before it are the wait."""
+
+
+def keep_for_tag(tensor: torch.Tensor, tag: str) -> None:
+    """``record_tagged_stream``: nothing to run (the joins keep a block's memory)."""
+
+
 def trace_nothing(*args: object, **kwargs: object) -> None:
     """The fake kernel: tracing orders nothing."""
 
 
-def define_event_ops() -> tuple[OpOverload, OpOverload, OpOverload, OpOverload]:
+KERNELS: dict[str, tuple[Callable[..., object], bool]] = {
+    "tagged_event_record(str tag, bool created_inside=False) -> ()": (record_event, True),
+    "tagged_event_wait(str tag, bool created_inside=False) -> ()": (wait_event, True),
+    "stream_join(int block, Tensor[] touched) -> ()": (join_block, True),
+    "depend(Tensor self, Tensor dependency) -> ()": (depend_on, True),
+    "record(*, Device? device=None) -> Tensor": (mark, False),
+    "wait(Tensor[] x) -> ()": (wait_marks, True),
+    "record_tagged_stream(Tensor input, str tag) -> ()": (keep_for_tag, True),
+    "record_tagged_stream_(Tensor(a!) input, str tag) -> ()": (keep_for_tag, True),
+}
+"""Each op's schema, its kernel, and whether tracers must keep it without users."""
+
+
+def define_event_ops() -> list[OpOverload]:
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
-    kernels = {
-        "tagged_event_record(str tag) -> ()": record_event,
-        "tagged_event_wait(str tag) -> ()": wait_event,
-        "stream_join(int block, Tensor[] touched) -> ()": join_block,
-        "depend(Tensor self, Tensor dependency) -> ()": depend_on,
-    }
-    for schema, kernel in kernels.items():
+    ops = []
+    for schema, (kernel, side_effect) in KERNELS.items():
         name = schema.split("(")[0]
         library.define(schema)
         library.impl(name, kernel, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{NAMESPACE}::{name}", trace_nothing, lib=library)
+        fake = mark if kernel is mark else trace_nothing
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+        op = getattr(torch.ops.npugraph_ex, name).default
+        if side_effect:
+            torch.fx.node._side_effectful_functions.add(op)
+        ops.append(op)
     LIBRARIES.append(library)
-    namespace = torch.ops.npugraph_ex
-    ops = (
-        namespace.tagged_event_record.default,
-        namespace.tagged_event_wait.default,
-        namespace.stream_join.default,
-        namespace.depend.default,
-    )
-    torch.fx.node._side_effectful_functions.update(ops)
     return ops
 
 
-EVENT_RECORD, EVENT_WAIT, STREAM_JOIN, DEPEND = define_event_ops()
+(
+    EVENT_RECORD,
+    EVENT_WAIT,
+    STREAM_JOIN,
+    DEPEND,
+    RECORD,
+    WAIT,
+    RECORD_TAGGED_STREAM,
+    RECORD_TAGGED_STREAM_,
+) = define_event_ops()
+
+KEEPS_FOR_TAG = (RECORD_TAGGED_STREAM, RECORD_TAGGED_STREAM_)
+"""The ops that neither read nor write data for any plan: ``record_tagged_stream``'s."""

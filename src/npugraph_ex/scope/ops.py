@@ -12,7 +12,8 @@ insert these nodes themselves) run unchanged. The keys say what a block does:
 
 - ``_user_stream_label`` (with ``_user_stream_priority``, ``_enable_inner_parallel``): a stream
   block; its ops run on the tag's side stream (a device runtime's router, ``scope.router``) or
-  worker thread (the CPU replay engine, after ``plan_streams``), in program order elsewhere;
+  worker thread (the CPU replay engine, after ``plan_streams``), in program order elsewhere; a
+  block inside a block runs on its own tag until its exit, then the outer tag goes on;
 - ``_op_aicore_num`` / ``_op_vectorcore_num``: a ``limit_core_num`` block, which caps the intra-op
   thread count until its exit (at the larger of the two numbers given);
 - any other key (``_super_kernel_scope``, ``_op_exec_never_timeout``, ...): an Ascend attribute

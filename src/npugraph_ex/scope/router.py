@@ -8,8 +8,11 @@ scope and event ops then call it as the graph runs, in program order:
     tagged_event_record("ev") / tagged_event_wait("ev")      ->  router.record / router.wait
     stream_join(3, [...])                                    ->  router.join(3)
 
-Block numbers count stream blocks in the order they open, as ``plan_streams`` numbers them. With
-no router active (eager code, the CPU replay engine) the ops change nothing on the host.
+Block numbers count stream blocks in the order they open, as ``plan_streams`` numbers them. Blocks
+may nest (eager code, or a graph run with ``plan_streams`` off; the pass splits nested blocks into
+blocks side by side): an ``enter`` inside a block opens the inner block from the outer one's
+stream, and its ``exit`` makes the outer one's stream current again. With no router active (eager
+code, the CPU replay engine) the ops change nothing on the host.
 """
 
 from __future__ import annotations

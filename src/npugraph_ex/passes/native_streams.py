@@ -1,0 +1,144 @@
+"""PyTorch's own streams inside a compiled function, as stream blocks.
+
+Dynamo traces ``with torch.cuda.stream(s):`` (or ``torch.npu.stream``, ``with s:``) into no op:
+it notes the stream on each node traced inside (``node.meta["custom"]["stream"]``, an index into
+its table of stream objects), and AOTAutograd keeps the note. Each run of nodes on one stream
+other than the device's current one becomes a stream block of a tag named after the stream:
+
+    before:  %sin = aten.sin(%x)   {"stream": 1}      %add = aten.add(%sin, 1)
+    after:   scope_enter(["_user_stream_label", "_user_stream_priority"], ["cuda:0/stream3", "0"])
+             %sin = aten.sin(%x);  scope_exit();      %add = aten.add(%sin, 1)
+
+``tensor.record_stream(s)`` (``streams.record_stream``) is dropped: every tensor a block touches
+is kept until the block is joined. PyTorch's events and stream-to-stream waits
+(``torch.cuda.Event().record()/wait()``, ``Stream.wait_stream``, synchronisations) are refused
+with the scope API to write instead: they name device objects the replay does not run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.config import Config
+from npugraph_ex.debug.source import source_line
+from npugraph_ex.errors import ScopeError
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY
+
+STREAM_OPS = "streams"
+"""The namespace of Dynamo's stream and event ops (``torch.ops.streams``)."""
+
+INSTEAD = (
+    "Write the branch as a block of npugraph_ex.scope.stream(tag) and order blocks with "
+    "npugraph_ex.scope.npu_tagged_event_record / npu_tagged_event_wait (or npugraph_ex.ops.record "
+    "/ wait) instead."
+)
+
+
+def native_streams(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
+    """The pass: ``convert_native_streams`` on the graph."""
+    convert_native_streams(gm.graph)
+
+
+def convert_native_streams(graph: torch.fx.Graph) -> None:
+    """Turn the graph's native stream regions into stream blocks (see the module)."""
+    for node in list(graph.nodes):
+        if stream_op(node) == "record_stream":
+            graph.erase_node(node)
+        elif stream_op(node) is not None:
+            refuse(node)
+        elif is_control_deps(node):
+            refuse(wrapped_op(node) or node)
+    open_tag: str | None = None
+    for node in list(graph.nodes):
+        if node.op in ("placeholder", "get_attr"):
+            continue
+        tag, priority = side_stream(node) if node.op == "call_function" else (None, 0)
+        if tag == open_tag:
+            continue
+        source = node.meta.get("stack_trace")
+        with graph.inserting_before(node):
+            if open_tag is not None:
+                graph.call_function(SCOPE_EXIT, ()).meta["stack_trace"] = source
+            if tag is not None:
+                keys = [STREAM_LABEL, STREAM_PRIORITY]
+                enter = graph.call_function(SCOPE_ENTER, (keys, [tag, str(priority)]))
+                enter.meta["stack_trace"] = source
+        open_tag = tag
+
+
+def stream_op(node: torch.fx.Node) -> str | None:
+    """The name of a node's op among Dynamo's stream and event ops, else None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    return target._opname if target.namespace == STREAM_OPS else None
+
+
+def is_control_deps(node: torch.fx.Node) -> bool:
+    """Whether a node is AOTAutograd's wrapper that orders a stream synchronisation."""
+    target = node.target
+    return isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "control_deps"
+
+
+def wrapped_op(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The stream op in the subgraph a ``control_deps`` node runs, if it can be found."""
+    getter = node.args[1] if len(node.args) > 1 else None
+    module = node.graph.owning_module
+    if not isinstance(getter, torch.fx.Node) or getter.op != "get_attr" or module is None:
+        return None
+    subgraph = getattr(module, str(getter.target), None)
+    if not isinstance(subgraph, torch.fx.GraphModule):
+        return None
+    return next((inner for inner in subgraph.graph.nodes if stream_op(inner)), None)
+
+
+def refuse(node: torch.fx.Node) -> None:
+    what = f"streams.{stream_op(node)}" if stream_op(node) else "a stream synchronisation"
+    raise ScopeError(
+        f"{what} at {source_line(node)}: PyTorch's events and stream waits "
+        "(torch.cuda.Event / torch.npu.Event record and wait, Stream.wait_event, wait_stream, "
+        f"synchronize) do not run inside a function compiled with npugraph_ex. {INSTEAD}"
+    )
+
+
+def stream_index(node: torch.fx.Node) -> int | None:
+    custom = node.meta.get("custom")
+    return custom.get("stream") if isinstance(custom, dict) else None
+
+
+def side_stream(node: torch.fx.Node) -> tuple[str | None, int]:
+    """The tag and priority of the stream a node was traced on, or None for the current one."""
+    index = stream_index(node)
+    if index is None:
+        return None, 0
+    stream = traced_stream(index)
+    if stream is None:
+        return f"stream{index}", 0
+    if is_current(stream):
+        return None, 0
+    return f"{stream.device}/stream{stream.stream_id}", int(getattr(stream, "priority", 0) or 0)
+
+
+def traced_stream(index: int) -> Any:
+    """The stream object Dynamo noted at ``index`` while it traced this graph, if still known."""
+    try:
+        from torch._dynamo.graph_bytecode_inputs import get_external_object_by_index
+
+        stream = get_external_object_by_index(index)
+    except (ImportError, AssertionError):  # not in Dynamo's table: the index names the stream
+        return None
+    return stream if isinstance(stream, torch.Stream) else None
+
+
+def is_current(stream: Any) -> bool:
+    """Whether ``stream`` is its device's current stream (the one the graph runs on)."""
+    if not torch.accelerator.is_available():
+        return False
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None or stream.device.type != accelerator.type:
+        return False
+    return stream == torch.accelerator.current_stream(stream.device)
