@@ -1,12 +1,14 @@
-"""Helpers shared by the benchmark scripts: interleaved timing, the environment record, output.
+"""Code shared by the benchmark scripts: interleaved timing, the environment record, output
+(tables, JSON, bar charts).
 
 Every ratio a benchmark reports comes from one process and one loop: each repeat runs one timed
 block of every variant in turn (A, B, C, A, B, C, ...), so drift in clock speed, cache state or
 neighbouring load hits all variants alike. A variant's figure is the median of its repeats; the
 raw per-repeat times are written to the JSON record so the spread can be checked.
 
-The helpers ``npugraph-ex bench`` shares with these scripts live in ``npugraph_ex.bench`` and are
-re-exported here; what only the scripts use (the shared flags, the profiler, reading one bare
+What ``npugraph-ex bench`` shares with these scripts lives in ``npugraph_ex.bench`` and is
+re-exported here (the bar charts from ``npugraph_ex.bench.plotting``, which imports matplotlib
+only when it draws); what only the scripts use (the shared flags, the profiler, reading one bare
 captured graph) stays in this file.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.bench import plotting
 from npugraph_ex.bench.environment import (
     apply_threads,
     cpu_model,
@@ -29,6 +32,7 @@ from npugraph_ex.bench.environment import (
     source_commit,
 )
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+from npugraph_ex.bench.plotting import PALETTE, Panel
 from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.bench.records import run_record
 from npugraph_ex.bench.records import write_json as write_record
@@ -37,11 +41,14 @@ from npugraph_ex.bench.timing import Block, interleaved, median, scaled, spread,
 from npugraph_ex.capture.inputs import refresh
 
 __all__ = [
+    "PALETTE",
     "QWEN3_PRESETS",
     "Block",
+    "Panel",
     "add_common_args",
     "apply_threads",
     "aten_self_times",
+    "bar_panels",
     "captured_graph",
     "cell_text",
     "cpu_model",
@@ -185,6 +192,12 @@ def add_common_args(parser: argparse.ArgumentParser, name: str, repeats: int) ->
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """A script's parsed flags for its JSON record (paths as text)."""
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+def bar_panels(panels: list[Panel], path: Path, *, title: str, unit: str, ylabel: str) -> None:
+    """Write a PNG with one bar panel per workload side by side, and say where."""
+    written = plotting.bar_panels(panels, path, title=title, unit=unit, ylabel=ylabel)
+    print(f"wrote {written}")
 
 
 def write_json(path: Path, name: str, settings: dict[str, Any], results: Any) -> None:

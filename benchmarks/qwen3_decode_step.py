@@ -555,7 +555,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> None:
     """One panel per preset: eager, npugraph_ex and replay-only latency per step."""
-    from plotting import Panel, bar_panels
+    from common import Panel, bar_panels
 
     panels = []
     for r in results:

@@ -270,7 +270,7 @@ def report(summary: dict[tuple[str, str], dict[str, Any]], args: argparse.Namesp
 
 
 def plot(summary: dict[tuple[str, str], dict[str, Any]], args: argparse.Namespace) -> None:
-    from plotting import PALETTE, Panel, bar_panels
+    from common import PALETTE, Panel, bar_panels
 
     colours = dict(zip(("npugraph_ex-cold", "eager", *MODES[2:]), PALETTE[1:], strict=False))
     colours["eager"] = PALETTE[0]

@@ -16,7 +16,7 @@ place between calls is read as it is then). ``python benchmarks/few_row_products
 times the tiny Qwen3's 29 products both ways at 1 to 256 rows, interleaved: 1.2x to 1.7x faster
 from 4 rows on, 0.94x at one row. Timed per weight size, oneDNN's fixed cost per call (about
 10 us here) makes it slower than ``mm`` on weights below ``MIN_WEIGHT_ELEMENTS``. Qwen3-0.6B's
-larger weights gain 1.8x (one row) to 3.3x (``docs/benchmarks.md``, "Products through oneDNN").
+larger weights gain 1.8x (one row) to 3.3x (``docs/notes.md``, "Products through oneDNN").
 
 Applied to float32 CPU products whose weight is contiguous and has at least
 ``MIN_WEIGHT_ELEMENTS``, whose row count is symbolic or at least ``MIN_ROWS``, that the few-row

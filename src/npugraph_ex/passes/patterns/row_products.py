@@ -18,7 +18,7 @@ the same way, its bias added inside the batched product, as ``addmm`` adds it in
             (then the same reshape as above)
 
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
-1.25x (``docs/benchmarks.md``; measured with 2 threads, the only count tried). Applied to
+1.25x (``docs/notes.md``; measured with 2 threads, the only count tried). Applied to
 float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
 ``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly, on a
 host where a measurement says the split pays (``host_probes``: once per process); the block
