@@ -124,7 +124,7 @@ def with_inputs(manager: Any, args: list[Any], run: Callable[[], Any]) -> Callab
 def step_loop(graph: Any, keep: Callable[[str], bool] | None = None) -> Callable[[], None]:
     """A CPU graph's recorded steps run by a plain loop over ``(fn, args, kwargs)``: the same
     kernels on the same tensors as ``graph.replay()``, without its generated function
-    (``npugraph_ex/runtime/cpu_program.py``); with ``keep``, only the steps whose name
+    (``npugraph_ex/runtime/cpu/program.py``); with ``keep``, only the steps whose name
     (``graph.step_names``) it accepts. Call after a replay of the graph's key, so its memory is
     in place."""
     steps = list(graph.steps)

@@ -1,7 +1,7 @@
 """How much does the CPU replay gain by running its steps as one generated function?
 
 The captured Qwen3 decode step of ``qwen3_decode_step.py`` replays its recorded kernels through a
-function generated at capture, one line per kernel (``npugraph_ex/runtime/cpu_program.py``). Here
+function generated at capture, one line per kernel (``npugraph_ex/runtime/cpu/program.py``). Here
 the same steps, on the same tensors, run two ways in one interleaved loop:
 
 - generated: the graph's generated function;

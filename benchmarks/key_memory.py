@@ -37,7 +37,7 @@ from common import (
 )
 
 from npugraph_ex.bench.memory import resident_bytes
-from npugraph_ex.runtime.cpu_heap import release_free_heap
+from npugraph_ex.runtime.cpu.heap import release_free_heap
 
 NAME = "key_memory"
 MIB = 2**20

@@ -8,7 +8,7 @@ products split per key, ``capture/key_shapes.py``; the others through oneDNN whe
 probe says it pays, ``passes/patterns/onednn_linear.py``), npugraph_ex with every key capturing
 the graph as compiled (the specialiser switched off for that compile), and npugraph_ex with its
 products left to ``mm`` (oneDNN switched off for that compile), and npugraph_ex replaying the
-steps that depend on a key's sizes alone (``runtime/cpu_constants.py``, switched off for that
+steps that depend on a key's sizes alone (``runtime/cpu/constants.py``, switched off for that
 compile) run every shape ``--calls`` times per repeat.
 Per band of shapes: ms per call, median over repeats, and each variant's speed-up over eager.
 

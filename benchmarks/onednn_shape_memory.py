@@ -37,7 +37,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from npugraph_ex.bench.memory import resident_bytes
 from npugraph_ex.compat import onednn_linear_op
 from npugraph_ex.passes.patterns.onednn_linear import MIN_WEIGHT_ELEMENTS
-from npugraph_ex.runtime.cpu_heap import release_free_heap
+from npugraph_ex.runtime.cpu.heap import release_free_heap
 
 NAME = "onednn_shape_memory"
 

@@ -46,7 +46,7 @@ from common import (
     write_json,
 )
 
-from npugraph_ex.runtime.cpu_heap import release_free_heap
+from npugraph_ex.runtime.cpu.heap import release_free_heap
 
 NAME = "pool_memory"
 PROMPT = 4

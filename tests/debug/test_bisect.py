@@ -11,7 +11,7 @@ import torch
 import npugraph_ex
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.debug.bisection import bisect
-from npugraph_ex.runtime import cpu
+from npugraph_ex.runtime.cpu import graph as cpu_graph
 
 pytestmark = pytest.mark.usefixtures("scratch_registry")
 
@@ -67,7 +67,7 @@ def test_a_replay_fault_is_named_capture_replay_with_its_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A replay engine whose relu step writes one too much: only replays are wrong."""
-    real = cpu.fastest_call
+    real = cpu_graph.fastest_call
 
     def faulty(fn: Any, args: Any, kwargs: Any) -> Any:
         call = real(fn, args, kwargs)
@@ -80,7 +80,7 @@ def test_a_replay_fault_is_named_capture_replay_with_its_node(
 
         return relu_then_fault
 
-    monkeypatch.setattr(cpu, "fastest_call", faulty)
+    monkeypatch.setattr(cpu_graph, "fastest_call", faulty)
     result = bisect(model, torch.randn(4, 8), static_kernels=False)
     assert result.layer == "capture/replay"
     assert trial_names(result)[-1] == "npugraph_ex (capture, then replay)"

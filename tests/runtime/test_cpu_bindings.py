@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from npugraph_ex.runtime.cpu_bindings import fastest_call
+from npugraph_ex.runtime.cpu.bindings import fastest_call
 
 aten = torch.ops.aten
 

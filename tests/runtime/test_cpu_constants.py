@@ -7,8 +7,8 @@ import torch
 
 from helpers import capture_on_cpu as capture
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-from npugraph_ex.runtime import cpu_constants
 from npugraph_ex.runtime.cpu import CpuRuntime
+from npugraph_ex.runtime.cpu import constants as cpu_constants
 
 
 def causal_scores(x: torch.Tensor) -> torch.Tensor:
@@ -184,7 +184,7 @@ def test_a_failure_to_find_constants_replays_every_step_and_says_so(monkeypatch,
         cpu_constants, "log_once", lambda logger, level, key, *message: logger.log(level, *message)
     )
     x = torch.randn(5, 5)
-    with caplog.at_level("WARNING", logger="npugraph_ex.runtime.cpu_constants"):
+    with caplog.at_level("WARNING", logger="npugraph_ex.runtime.cpu.constants"):
         graph = capture(causal_scores, x)
     assert graph.step_kinds["constant"] == 0
     assert "aten.arange.out" in graph.step_names

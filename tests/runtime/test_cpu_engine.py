@@ -9,8 +9,8 @@ from torch.profiler import ProfilerActivity, profile
 from helpers import capture_on_cpu as capture
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu_memory import tensors_in
-from npugraph_ex.runtime.cpu_steps import result_tensor_lister
+from npugraph_ex.runtime.cpu.memory import tensors_in
+from npugraph_ex.runtime.cpu.steps import result_tensor_lister
 from npugraph_ex.schemas import out_variant
 
 aten = torch.ops.aten

@@ -10,7 +10,7 @@ from torch.utils import _pytree as pytree
 
 from helpers import capture_on_cpu as capture
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu_memory import ALIGNMENT, Buffer, assign_offsets, tensors_in
+from npugraph_ex.runtime.cpu.memory import ALIGNMENT, Buffer, assign_offsets, tensors_in
 
 
 def overlap_in_bytes(a: Buffer, b: Buffer) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from npugraph_ex.runtime import cpu_out_check
-from npugraph_ex.runtime.cpu_out_check import writes_in_place
+from npugraph_ex.runtime.cpu import out_check as cpu_out_check
+from npugraph_ex.runtime.cpu.out_check import writes_in_place
 
 aten = torch.ops.aten
 

@@ -9,8 +9,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime import cpu, cpu_views, runtime_for
-from npugraph_ex.runtime.cpu_pool import CpuPool
+from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.cpu import graph as cpu_graph
+from npugraph_ex.runtime.cpu import views as cpu_views
+from npugraph_ex.runtime.cpu.pool import CpuPool
 
 
 def capture(fn, *args, pool):
@@ -134,7 +136,7 @@ def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
 ) -> None:
     w = torch.randn(16, 16)
     shared = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
-    monkeypatch.setattr(cpu, "share_equal_views", lambda replay, arena, moving: None)
+    monkeypatch.setattr(cpu_graph, "share_equal_views", lambda replay, arena, moving: None)
     apart = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
     arena_objects = {len(tensor_objects(g, g.placed.pool.arena)) for g in (shared, apart)}
     # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in

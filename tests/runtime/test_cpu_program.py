@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu_program import bound_names, map_arguments, steps_of, straight_line
+from npugraph_ex.runtime.cpu.program import bound_names, map_arguments, steps_of, straight_line
 
 
 def test_steps_run_in_order_with_their_bound_arguments() -> None:

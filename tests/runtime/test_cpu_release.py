@@ -7,8 +7,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from helpers import capture_on_cpu as capture
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu import KernelRecorder
-from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun
+from npugraph_ex.runtime.cpu.recorder import KernelRecorder
+from npugraph_ex.runtime.cpu.release import Releaser, ReleasingRun
 
 
 def chain(x: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from npugraph_ex.runtime.cpu_steps import Step
+from npugraph_ex.runtime.cpu.steps import Step
 
 
 def spelled_keyword(name: str) -> bool:

@@ -2,123 +2,46 @@
 
 Capture runs the graph once under a dispatch mode that sees every ATen kernel with the exact
 tensors it reads and writes, and keeps every tensor object it produces (their storages are
-told apart by identity, and their bytes freed once dead: ``cpu_release``). The storages the
+told apart by identity, and their bytes freed once dead: ``release``). The storages the
 kernels allocated then move into a pool, where tensors that are never live together share bytes
-(``cpu_memory``, ``cpu_pool``). Replay re-issues the
-planned steps (see ``cpu_steps``) into that memory: no allocation for kernels with an ``out=``
+(``memory``, ``pool``). Replay re-issues the
+planned steps (see ``steps``) into that memory: no allocation for kernels with an ``out=``
 overload, no view recomputation, no FX interpretation: one generated function below autograd
-(``cpu_program``). Steps whose results depend on the key's sizes alone ran at capture and are
-not replayed (``cpu_constants``).
+(``program``). Steps whose results depend on the key's sizes alone ran at capture and are
+not replayed (``constants``).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch._ops import OpOverload
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from npugraph_ex.errors import CaptureError
-from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
-from npugraph_ex.runtime.cpu_bindings import fastest_call
-from npugraph_ex.runtime.cpu_constants import Constants
-from npugraph_ex.runtime.cpu_heap import release_free_heap
-from npugraph_ex.runtime.cpu_kernels import CompiledKernelCall
-from npugraph_ex.runtime.cpu_lanes import (
-    Lane,
+from npugraph_ex.runtime.base import CapturedGraph
+from npugraph_ex.runtime.cpu.bindings import fastest_call
+from npugraph_ex.runtime.cpu.constants import Constants
+from npugraph_ex.runtime.cpu.lanes import (
     LaneProgram,
-    LaneTracker,
-    is_join,
-    join_step,
     keep_block_memory,
 )
-from npugraph_ex.runtime.cpu_memory import MemoryPlan, plan_memory, storage_keys, tensors_in
-from npugraph_ex.runtime.cpu_pool import CpuPool
-from npugraph_ex.runtime.cpu_program import steps_of, straight_line
-from npugraph_ex.runtime.cpu_release import Releaser, ReleasingRun, allocated_storages
-from npugraph_ex.runtime.cpu_steps import SYNCHRONOUS_NAMESPACES, Step, plan_step
-from npugraph_ex.runtime.cpu_views import share_equal_views
-from npugraph_ex.runtime.watched import WatchedRun, WatchPoint
-
-WITH_EFFECTS = torch.ops.higher_order.with_effects
-
-
-class KernelRecorder(TorchDispatchMode):
-    """Runs kernels normally and records, for each, the step that recomputes it in place.
-
-    Of the higher-order ops, only ``with_effects`` reaches a graph that is captured (AOTAutograd
-    wraps ops with side effects in it, such as linalg's error checks): its op is recorded and
-    always re-issued, whether or not it returns anything.
-    """
-
-    supports_higher_order_operators = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.steps: list[Step] = []
-        self.step_kinds: Counter[str] = Counter()
-        self.produced: list[Any] = []
-        self.lanes = LaneTracker()
-        self.step_lanes: list[Lane] = []
-        """The stream block each step runs in (None: the main path)."""
-        self.allocated: set[int] = set()
-        """The storages (by ``storage_key``) the kernels allocated: the ones memory planning may
-        move. A view of a graph constant or an input is not one of them."""
-        self.releaser: Releaser | None = None
-        """With one, the storages each kernel allocates are freed once dead (``cpu_release``)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        if func is WITH_EFFECTS:
-            return self.record_effect(*args, **kwargs)
-        if not isinstance(func, OpOverload):
-            raise CaptureError(f"the CPU replay engine cannot record {func}")
-        lane = self.lanes.lane_of(func, args, kwargs)
-        result = func(*args, **kwargs)
-        planned = (
-            ("join", join_step(*args)) if is_join(func) else plan_step(func, args, kwargs, result)
-        )
-        self.track_storages(func, args, kwargs, result)
-        self.record(planned, result, lane)
-        return result
-
-    def track_storages(self, op: OpOverload, args: tuple, kwargs: dict, result: Any) -> None:
-        """Note the storages ``op`` allocated, and hand them to the releaser if there is one."""
-        allocated = allocated_storages(args, kwargs, result)
-        self.allocated.update(key for key, _ in allocated)
-        if self.releaser is not None:
-            self.releaser.allocated(allocated)
-            if op.namespace not in SYNCHRONOUS_NAMESPACES:
-                self.releaser.pin((args, kwargs))
-
-    def record(self, planned: tuple[str, Step] | None, result: Any, lane: Lane = None) -> None:
-        if planned is not None:
-            kind, step = planned
-            self.steps.append(step)
-            self.step_kinds[kind] += 1
-            self.step_lanes.append(lane)
-        # Every result stays alive for the graph's life: its address is part of the graph.
-        self.produced.append(result)
-
-    def record_effect(self, token: Any, op: OpOverload, *args: Any, **kwargs: Any) -> tuple:
-        result = op(*args, **kwargs)
-        planned = plan_step(op, args, kwargs, result) or ("effect", (op, args, kwargs))
-        self.track_storages(op, args, kwargs, result)
-        self.record(planned, result, self.lanes.current)
-        new_token = torch.empty(0)
-        return (new_token, *result) if isinstance(result, tuple) else (new_token, result)
+from npugraph_ex.runtime.cpu.memory import MemoryPlan, plan_memory, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.pool import CpuPool
+from npugraph_ex.runtime.cpu.program import steps_of, straight_line
+from npugraph_ex.runtime.cpu.recorder import KernelRecorder
+from npugraph_ex.runtime.cpu.steps import Step
+from npugraph_ex.runtime.cpu.views import share_equal_views
+from npugraph_ex.runtime.watched import WatchPoint
 
 
 class CpuGraph(CapturedGraph):
     """The recorded steps of one capture, with the memory they write.
 
-    With a pool, the storages the capture allocated are moved into it (see ``cpu_memory`` and
-    ``cpu_pool``); without one each keeps the storage it was captured in.
+    With a pool, the storages the capture allocated are moved into it (see ``memory`` and
+    ``pool``); without one each keeps the storage it was captured in.
     """
 
     def __init__(
@@ -154,8 +77,8 @@ class CpuGraph(CapturedGraph):
         self.replay_steps = (
             LaneProgram(steps, lanes, recorder.lanes.tags) if concurrent else straight_line(steps)
         )
-        """The steps as one generated function (``cpu_program``), or, with stream blocks
-        planned, as a main path handing blocks to workers (``cpu_lanes``): what a replay
+        """The steps as one generated function (``program``), or, with stream blocks
+        planned, as a main path handing blocks to workers (``lanes``): what a replay
         calls."""
         self.step_kinds = recorder.step_kinds + Counter(constant=constants.count)
         """How many steps run through an ``out=`` overload, in place, or compute-and-copy, and
@@ -186,7 +109,7 @@ class CpuGraph(CapturedGraph):
         """Without a pool, what keeps the capture's storages alive."""
         self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
         self.constant_bytes = constants.nbytes
-        """Bytes of the constant steps' results a replay reads (``cpu_constants``), kept for
+        """Bytes of the constant steps' results a replay reads (``constants``), kept for
         this key alone; counted in ``pool_bytes``."""
         self._pool_bytes += self.constant_bytes
         self.capture_outputs = caller_aliases(outputs)
@@ -270,74 +193,3 @@ def caller_aliases(outputs: list[Any]) -> list[Any]:
 def unpooled_bytes(plan: MemoryPlan) -> int:
     """Bytes of the storages a capture without a pool keeps (each its own allocation)."""
     return sum(b.nbytes for b in plan.intermediates) + plan.output_bytes
-
-
-class CpuRuntime(DeviceRuntime):
-    name = "cpu"
-    capture_executes = True
-    limits_cores = True
-    replays_watched = True
-
-    plan_memory = True
-    """False captures without pools: every tensor keeps its own allocation (for comparisons)."""
-
-    fold_constants = True
-    """False replays every step, the constant ones too (``cpu_constants``; for comparisons)."""
-
-    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
-        with torch.no_grad():
-            for _ in range(iters):
-                fn(*args)
-
-    def capture(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CpuGraph:
-        recorder = KernelRecorder()
-        run = fn
-        if isinstance(fn, WatchedRun):
-            fn.clock = recorder.steps.__len__
-        elif self.plan_memory and isinstance(fn, torch.fx.GraphModule):
-            recorder.releaser = Releaser()
-            run = ReleasingRun(fn, recorder.releaser).run
-        with torch.no_grad(), recorder:
-            outputs = as_output_list(run(*args))
-        if not self.plan_memory:
-            pool = None
-        elif pool is None:
-            pool = self.new_pool()
-        owned = [args[i] for i in owned_inputs]
-        fixed = [a for i, a in enumerate(args) if i not in owned_inputs]
-        watched = fn.points if isinstance(fn, WatchedRun) else ()
-        graph = CpuGraph(recorder, outputs, fixed, pool, owned, watched, self.fold_constants)
-        del recorder, outputs, watched  # the capture's own storages, now moved into the pool
-        release_free_heap()
-        return graph
-
-    def capture_compiled(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CompiledKernelCall:
-        return CompiledKernelCall(fn, args)
-
-    def new_pool(self) -> CpuPool:
-        return CpuPool()
-
-    def accepts_pool(self, pool: Any) -> bool:
-        return isinstance(pool, CpuPool)
-
-    def pool_bytes(self, pool: Any) -> int:
-        return pool.nbytes
-
-    def pool_lock(self, pool: Any) -> threading.RLock:
-        return pool.lock if isinstance(pool, CpuPool) else super().pool_lock(pool)

@@ -31,9 +31,9 @@ from torch._ops import OpOverload
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.runtime.cpu_lanes import wait_nothing
-from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys, tensors_in
-from npugraph_ex.runtime.cpu_steps import SYNCHRONOUS_NAMESPACES, Step
+from npugraph_ex.runtime.cpu.lanes import wait_nothing
+from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.steps import SYNCHRONOUS_NAMESPACES, Step
 
 MAX_BYTES = 8 * 1024
 """Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant
@@ -103,7 +103,7 @@ def step_access(step: Step) -> Access | None:
         return None
     if isinstance(fn, OpOverload):
         return schema_access(op, args, kwargs)
-    targets, *call_args = args  # a compute-and-copy step (``cpu_steps``)
+    targets, *call_args = args  # a compute-and-copy step (``steps``)
     access = schema_access(op, tuple(call_args), kwargs)
     written = frozenset(storage_key(t) for t in targets)
     return Access(access.reads | access.writes, access.writes | written)

@@ -8,7 +8,7 @@ At capture, the recorder notes the block each step belongs to (``LaneTracker``);
 
 - submitting a block hands its steps, as one generated function, to its tag's worker (one thread
   per tag, shared by every graph; a tag's blocks run in the order they were submitted;
-  ``cpu_workers``);
+  ``workers``);
 - a join on the main path waits for that block, or runs it itself if no worker has started it
   yet (and re-raises what it raised);
 - a join inside a block makes the block wait for the joined one before it starts;
@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu_issued import IssuedBlock, split_at_collectives
-from npugraph_ex.runtime.cpu_program import straight_line
-from npugraph_ex.runtime.cpu_steps import Step
-from npugraph_ex.runtime.cpu_workers import BlockTask, worker
+from npugraph_ex.runtime.cpu.issued import IssuedBlock, split_at_collectives
+from npugraph_ex.runtime.cpu.program import straight_line
+from npugraph_ex.runtime.cpu.steps import Step
+from npugraph_ex.runtime.cpu.workers import BlockTask, worker
 from npugraph_ex.scope.events import STREAM_JOIN
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
 
@@ -119,7 +119,7 @@ class LaneProgram:
     """The replay of a capture whose steps run on several lanes.
 
     A tag whose every block starts with its collectives gets no worker: its blocks are issued in
-    place and finished at their joins (``cpu_issued``), in the order they were issued.
+    place and finished at their joins (``issued``), in the order they were issued.
     """
 
     def __init__(self, steps: Sequence[Step], lanes: Sequence[Lane], tags: dict[int, str]):

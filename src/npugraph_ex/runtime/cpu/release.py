@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu_memory import storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.memory import storage_keys, tensors_in
 
 
 def allocated_storages(

@@ -1,7 +1,7 @@
 """Memory planning for the CPU replay engine: which recorded storages may share bytes.
 
 A capture runs with ordinary allocations and keeps every tensor it made (the bytes of the dead
-ones are freed as it goes, their sizes kept: ``cpu_release``). The plan then gives each storage
+ones are freed as it goes, their sizes kept: ``release``). The plan then gives each storage
 a kernel allocated a home for replay:
 
 - an *intermediate* (a storage no output views) gets an offset in the pool's arena. Two
@@ -9,7 +9,7 @@ a kernel allocated a home for replay:
   closed intervals of step indices, so the inputs a step reads never share bytes with the outputs
   it writes;
 - an *output storage* (one that an output views) goes to an output slot of the pool (see
-  ``cpu_pool``), because the caller may hold it after the call.
+  ``pool``), because the caller may hold it after the call.
 
 Storages no kernel allocated (inputs, parameters, constants, and views of them) never move.
 Every recorded tensor on a planned storage is later re-pointed with ``Tensor.set_`` at the same
@@ -87,7 +87,7 @@ def collect_tensors(value: Any, found: list[torch.Tensor]) -> None:
 
 def storage_key(tensor: torch.Tensor) -> int:
     """A storage's identity, which survives freeing its bytes (its data pointer does not:
-    ``cpu_release``)."""
+    ``release``)."""
     return tensor.untyped_storage()._cdata
 
 
@@ -139,7 +139,7 @@ def plan_memory(
     ``movable``: the storages (by ``storage_key``) the capture allocated, and those of
     ``live_from_start``, tensors written before the first step (the graph's own input buffers);
     every other storage (inputs, parameters, constants) stays where it is. ``released``: the
-    size of each storage the capture freed while it ran (``cpu_release``).
+    size of each storage the capture freed while it ran (``release``).
     """
     collector = BufferCollector(movable, released or {})
     for tensor in live_from_start:

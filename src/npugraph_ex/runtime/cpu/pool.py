@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from npugraph_ex.runtime.cpu_memory import MemoryPlan, point_at, unpoint
+from npugraph_ex.runtime.cpu.memory import MemoryPlan, point_at, unpoint
 from npugraph_ex.runtime.output_copies import byte_view
 
 

@@ -17,7 +17,7 @@ forward a key's steps pass 117 objects instead of 312, of which 48 views of the 
 same for every key.
 
 What moves is left alone: output storages, whose views are re-pointed one by one at a key switch
-(``cpu_pool``). The arena's views are not re-pointed after placement (growing the arena resizes
+(``pool``). The arena's views are not re-pointed after placement (growing the arena resizes
 its one storage), and nothing re-points a storage that never moves.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from npugraph_ex.fixed_views import geometry, shared_view
-from npugraph_ex.runtime.cpu_memory import storage_key
-from npugraph_ex.runtime.cpu_program import map_arguments
+from npugraph_ex.runtime.cpu.memory import storage_key
+from npugraph_ex.runtime.cpu.program import map_arguments
 
 
 def share_equal_views(

@@ -14,7 +14,7 @@ Rules, per kernel:
 - in-place and ``out=`` kernels are re-issued as recorded;
 - a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output
   (Python numbers it takes as tensors are wrapped once, at capture, where that is exact), once a
-  trial has shown that the overload writes such an output in place (``cpu_out_check``);
+  trial has shown that the overload writes such an output in place (``out_check``);
 - any other functional kernel computes a temporary and copies it into its recorded output;
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
@@ -35,8 +35,8 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
-from npugraph_ex.runtime.cpu_memory import storage_key, storage_keys, tensors_in
-from npugraph_ex.runtime.cpu_out_check import writes_in_place
+from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.out_check import writes_in_place
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
@@ -69,14 +69,14 @@ SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
 """Ops known to be done with their arguments when they return, with effects their schemas tell.
 Any other op (a collective, which reads its input until its ``wait_tensor``; a custom op) may
 keep reading or writing them: a capture never frees what such an op was given, and no step of
-it is constant (``cpu_constants``)."""
+it is constant (``constants``)."""
 
 EXACT_NUMBER_DTYPES = frozenset({torch.float32, torch.float64})
 """Dtypes that CPU kernels compute in as they are, a Python number operand included."""
 
 Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """A bound kernel call: ``fn(*args, **kwargs)``; ``fn`` is the OpOverload for in-place and
-``out=`` steps (``cpu_bindings`` swaps in the fastest way to call it)."""
+``out=`` steps (``bindings`` swaps in the fastest way to call it)."""
 
 PlannedStep = tuple[str, Step]
 """A step and its kind: ``"inplace"`` or ``"effect"`` (re-issued as recorded), ``"host"`` (a
@@ -218,14 +218,14 @@ def copying_kernel(
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
-    run.computes = op  # type: ignore[attr-defined]  # what ``cpu_constants`` reads the effects from
+    run.computes = op  # type: ignore[attr-defined]  # what ``constants`` reads the effects from
     return run
 
 
 class CollectiveCopy:
     """A functional collective, replayed: issue it, wait for its result, copy that into the
     recorded output. ``issue`` and ``finish`` are the two halves, for a stream block that
-    issues its collectives in place and waits for them at its join (``cpu_lanes``)."""
+    issues its collectives in place and waits for them at its join (``lanes``)."""
 
     wait = torch.ops._c10d_functional.wait_tensor.default
 

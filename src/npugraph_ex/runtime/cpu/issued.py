@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu_program import straight_line
-from npugraph_ex.runtime.cpu_steps import CollectiveCopy, Step
+from npugraph_ex.runtime.cpu.program import straight_line
+from npugraph_ex.runtime.cpu.steps import CollectiveCopy, Step
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, host_effect
 
 SCOPE_EDGES = (host_effect(SCOPE_ENTER), host_effect(SCOPE_EXIT))
