@@ -1,4 +1,4 @@
-"""How fast does ``npugraph_ex.debug.bisect`` find a wrong rewrite, and does PyTorch's accuracy
+"""How fast does ``npugraph_ex.tools.bisect`` find a wrong rewrite, and does PyTorch's accuracy
 minifier find it at all?
 
 The bug: a user pattern registered with ``npugraph_ex.register_replacement`` that is subtly
@@ -69,7 +69,7 @@ args = (torch.randint(0, model.config.vocab_size, (1, 6), generator=seeded),)
 
 BISECT = """
 import time
-from npugraph_ex.debug.bisection import bisect
+from npugraph_ex.tools.bisection import bisect
 started = time.time()
 result = bisect(fn, *args, static_kernels=False)
 seconds = time.time() - started
@@ -143,7 +143,7 @@ def main() -> None:
         bisect, minifier = runs["bisect"][-1], runs["minifier"][-1]
         record[case] = runs
         rows.append([
-            case, "npugraph_ex.debug.bisect",
+            case, "npugraph_ex.tools.bisect",
             statistics.median(r["seconds"] for r in runs["bisect"]),
             f"{bisect['layer']}; {bisect['node']}",
         ])  # fmt: skip

@@ -1,9 +1,10 @@
 """Up to how many rows does a multiply-and-sum beat ``mm`` for a model's matrix products?
 
-``static_kernel_compile`` turns matrix products of up to ``MAX_ROWS`` rows into reductions on CPU
-(``npugraph_ex/kernels/decompositions.py``). This measures where that pays: for each row count,
-every ``nn.Linear`` weight of a Qwen3 preset multiplied by an input of that many rows, in model
-order, timed in one interleaved loop three ways:
+``static_kernel_compile`` turns matrix products of up to ``REDUCTION_MAX_ROWS`` rows into
+reductions on CPU (``npugraph_ex/kernels/decompositions.py``, ``runtime/cpu/platform.py``). This
+measures where that pays: for each row count, every ``nn.Linear`` weight of a Qwen3 preset
+multiplied by an input of that many rows, in model order, timed in one interleaved loop three
+ways:
 
 - eager mm: ATen's ``x @ w.t()``;
 - inductor mm: the same products compiled by Inductor (static shapes), which hands them to ATen;

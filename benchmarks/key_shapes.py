@@ -5,7 +5,7 @@ shapes: a sequence of one prompt, one token longer each call) and, one token per
 every batch size of ``--batches`` (a decode step whose batch varies). Each is compiled once with
 ``dynamic=True`` and every shape captured once; then, interleaved, eager, npugraph_ex (few-row
 products split per key, ``capture/key_shapes.py``; the others through oneDNN where the host
-probe says it pays, ``passes/patterns/onednn_linear.py``), npugraph_ex with every key capturing
+probe says it pays, ``runtime/cpu/platform.py``), npugraph_ex with every key capturing
 the graph as compiled (the specialiser switched off for that compile), and npugraph_ex with its
 products left to ``mm`` (oneDNN switched off for that compile), and npugraph_ex replaying the
 steps that depend on a key's sizes alone (``runtime/cpu/constants.py``, switched off for that
@@ -38,9 +38,8 @@ from common import (
 from npugraph_ex import compiler
 from npugraph_ex.bench.presets import build_qwen3
 from npugraph_ex.bench.variants import own_code
-from npugraph_ex.passes.patterns import onednn_linear
-from npugraph_ex.passes.patterns.row_products import MAX_ROWS
-from npugraph_ex.runtime.cpu import CpuRuntime
+from npugraph_ex.runtime.cpu import probes
+from npugraph_ex.runtime.cpu.platform import SPLIT_MAX_ROWS as MAX_ROWS
 
 NAME = "key_shapes"
 VARIANTS = (
@@ -57,10 +56,12 @@ def compiled(
     tag: str,
     without: tuple[Any, str, Any] | None,
     static_kernels: bool = False,
+    **extra: Any,
 ) -> Callable[..., Any]:
-    """``step`` compiled on its own code; ``without``: (module, name, value) set while it runs
-    (its compile and captures happen in its first calls)."""
-    options = {"capture_limit": 256, "static_kernel_compile": static_kernels}
+    """``step`` compiled on its own code, with the options ``extra`` besides the bench's;
+    ``without``: (module, name, value) set while it runs (its compile and captures happen in its
+    first calls)."""
+    options = {"capture_limit": 256, "static_kernel_compile": static_kernels, **extra}
     fn = torch.compile(own_code(step, tag), backend="npugraph_ex", dynamic=True, options=options)
     if without is None:
         return fn
@@ -95,10 +96,10 @@ def measure(
             step, "as_compiled", (compiler, "key_specialiser", lambda lowered: None)
         ),
         "npugraph_ex, products by mm": compiled(
-            step, "by_mm", (onednn_linear, "linear_pays", lambda rows=None: False), static_kernels
+            step, "by_mm", (probes, "linear_pays", lambda rows=None: False), static_kernels
         ),
         "npugraph_ex, constants replayed": compiled(
-            step, "replayed", (CpuRuntime, "fold_constants", False)
+            step, "replayed", None, disabled_build_steps=["fold_constants"]
         ),
     }
     if static_kernels:

@@ -9,7 +9,7 @@ each distinct weight shape of a Qwen3 preset's ``nn.Linear`` layers, the residen
 after running ``--counts`` new row counts from ``--start`` through oneDNN's linear kernel, then
 through ATen's ``mm`` (``x @ w.t()``, what the same product costs without the pattern), freed heap
 released (``malloc_trim``) before each reading. The last row sums the shapes oneDNN is given
-(weights of ``MIN_WEIGHT_ELEMENTS`` and more): what one new row count costs the model.
+(weights of ``LINEAR_MIN_WEIGHT_ELEMENTS`` and more): what one new row count costs the model.
 
     python benchmarks/onednn_shape_memory.py
     python benchmarks/onednn_shape_memory.py --preset tiny --vocab 8192 --start 128 --counts 32
@@ -36,8 +36,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from npugraph_ex.bench.memory import resident_bytes
 from npugraph_ex.compat import onednn_linear_op
-from npugraph_ex.passes.patterns.onednn_linear import MIN_WEIGHT_ELEMENTS
 from npugraph_ex.runtime.cpu.heap import release_free_heap
+from npugraph_ex.runtime.cpu.platform import LINEAR_MIN_WEIGHT_ELEMENTS
 
 NAME = "onednn_shape_memory"
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             weight = torch.randn(out_features, in_features)
             onednn = kib_per_count(lambda x, w: linear(x, w, None, "none", [], ""), weight, rows)
             mm = kib_per_count(lambda x, w: x @ w.t(), weight, rows)
-            taken = weight.numel() >= MIN_WEIGHT_ELEMENTS
+            taken = weight.numel() >= LINEAR_MIN_WEIGHT_ELEMENTS
             results.append({
                 "shape": [out_features, in_features], "taken": taken,
                 "onednn_kib_per_count": onednn, "mm_kib_per_count": mm,

@@ -165,17 +165,15 @@ def memory_part(args: argparse.Namespace) -> list[dict[str, Any]]:
 def capture_variant(model: torch.nn.Module, keys: int, *, mode: str) -> list[Any]:
     """Capture ``keys`` lengths one way; the capture managers (kept alive by the caller)."""
     from npugraph_ex.capture.stats import LIVE_GRAPHS
-    from npugraph_ex.runtime import runtime_for
 
-    runtime = runtime_for("cpu")
     before = set(LIVE_GRAPHS.keys())
-    runtime.plan_memory = mode != "no pool"
-    try:
-        forward = compile_loop(model, reuse_graph_pool_in_same_fx=mode == "shared pool")
-        with torch.no_grad():
-            greedy_loop(forward, prompt_ids(model, PROMPT), keys)
-    finally:
-        runtime.plan_memory = True
+    forward = compile_loop(
+        model,
+        reuse_graph_pool_in_same_fx=mode == "shared pool",
+        disabled_build_steps=["place"] if mode == "no pool" else [],
+    )
+    with torch.no_grad():
+        greedy_loop(forward, prompt_ids(model, PROMPT), keys)
     fresh = [LIVE_GRAPHS.get(n) for n in LIVE_GRAPHS.keys() if n not in before]
     torch._dynamo.reset()  # later variants compile afresh; these managers stay alive here
     return [m for m in fresh if m is not None and m.entries]

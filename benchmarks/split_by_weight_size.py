@@ -12,8 +12,8 @@ then only the kernels, with ``out=``):
 
 Before each timed block a ``--evict-mb`` buffer is copied (outside the timing), so the weights
 come from memory, as in a model whose weights do not fit the CPU caches; ``--evict-mb 0`` times
-them warm instead. The ratio per shape shows where the split starts to pay; the pattern's
-``MIN_WEIGHT_ELEMENTS`` is set from it.
+them warm instead. The ratio per shape shows where the split starts to pay; the CPU platform's
+``SPLIT_MIN_WEIGHT_ELEMENTS`` (``npugraph_ex/runtime/cpu/platform.py``) is set from it.
 
 With ``--decode PRESET``, the same question on a whole decode step (``qwen3_decode_step.py``'s,
 ``--family`` as there): the step compiled once per smallest weight split (``--thresholds``;
@@ -51,7 +51,7 @@ from common import (
 )
 from qwen3_decode_step import FAMILIES, build, step_block
 
-from npugraph_ex.passes.patterns import row_products
+from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 NAME = "split_by_weight_size"
 SHAPES = ((64, 64), (128, 64), (128, 128), (128, 256), (256, 128), (256, 256), (512, 256))
@@ -109,7 +109,7 @@ def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
     blocks = {"eager": step_block(bench.step, bench.new_cache(), args.steps)}
     for threshold in args.thresholds:
         name = "split none" if threshold is None else f"split >= {threshold}"
-        row_products.MIN_WEIGHT_ELEMENTS = float("inf") if threshold is None else threshold
+        cpu_platform.SPLIT_MIN_WEIGHT_ELEMENTS = float("inf") if threshold is None else threshold
         step = own_code_object(bench.step, name)
         compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
         cache = bench.new_cache()

@@ -10,7 +10,8 @@ import torch
 
 import npugraph_ex
 from models import make_tiny_qwen3
-from npugraph_ex.passes.patterns import onednn_linear, register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 CUDA_PARAM = pytest.param(
     "cuda",
@@ -33,7 +34,7 @@ def reset_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
     must not leak into this one."""
     torch._dynamo.reset()
     npugraph_ex.reset_stats()
-    monkeypatch.setattr(onednn_linear, "ROW_COUNTS", set())
+    monkeypatch.setattr(cpu_platform, "LINEAR_ROW_COUNTS", set())
 
 
 @pytest.fixture

@@ -103,11 +103,20 @@ def counts() -> Counter[str]:
     return +result
 
 
-def capture_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None) -> Any:
-    """``fn`` traced to an ATen graph (``make_fx``) and captured by the CPU replay engine."""
+def captured_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None, disabled: Any = ()) -> Any:
+    """``fn`` traced to an ATen graph (``make_fx``) and captured by the CPU replay engine, with
+    the build steps ``disabled`` skipped: the ``Capture`` (graph and the capturing call's
+    outputs)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from npugraph_ex.runtime import runtime_for
+    from npugraph_ex.runtime.base import Program
 
     gm = make_fx(fn)(*args)
-    return runtime_for("cpu").capture(gm, list(args), pool=pool, capture_error_mode="global")
+    program = Program(gm, disabled_steps=frozenset(disabled))
+    return runtime_for("cpu").capture(program, list(args), pool)
+
+
+def capture_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None, disabled: Any = ()) -> Any:
+    """The graph ``captured_on_cpu`` captured."""
+    return captured_on_cpu(fn, *args, pool=pool, disabled=disabled).graph

@@ -128,6 +128,14 @@ OPTIONS = [
         ConfigTypeError,
     ),
     (
+        "disabled_build_steps",
+        ["place"],
+        ("place",),
+        ["bind_kernels"],
+        "a list or tuple of build step names from ('fold_constants', 'place', 'share_views')",
+        ConfigError,
+    ),
+    (
         "debug_dump_dir",
         pathlib.Path("graphs"),
         "graphs",

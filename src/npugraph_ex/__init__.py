@@ -7,6 +7,21 @@ Importing the package registers the backend (under ``npugraph_ex_portable``; ``n
 from the package's entry point) and the two graph ops of ``npugraph_ex.scope``, and does nothing
 else. ``npugraph_ex.inference`` (the compile cache) is reachable from here, as
 ``torchair.inference`` is.
+
+The modules form layers, top to bottom. A module imports its own layer and those below it, never
+one above (``tests/test_layers.py`` reads every import):
+
+1. ``cli``, ``tools/``, ``bench/``: what a user runs (``npugraph-ex``, bisect, compare, bench).
+2. ``inference``, ``cache/``, ``__init__``: the compile cache, and this package, which reaches it.
+3. ``torchair_compat/``, ``dynamo_backend``, ``registration``, ``model_floats``: the backends
+   ``torch.compile`` finds and calls, and a model's Python floats made constants of its graph.
+4. ``compiler``: an AOT graph through the passes, then a capture manager on its device runtime.
+5. ``capture/``, ``kernels/``: what each graph key captures, and its static kernels.
+6. ``passes/``: graph rewrites, one a file, in the order ``passes/pipeline.py`` writes once.
+7. ``runtime/``: each device's capture and replay.
+8. ``scope/``, ``ops``, ``debug/``: stream and core scopes and their ops; leaf debugging helpers.
+9. ``config``, ``option_checks``, ``errors``, ``compat``, ``schemas``, ``fixed_views``: what every
+   layer may read.
 """
 
 from __future__ import annotations

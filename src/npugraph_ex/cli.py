@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from npugraph_ex.bench import command as bench_command
 from npugraph_ex.cache import command as cache_command
-from npugraph_ex.debug import bisect_command, compare_command
+from npugraph_ex.tools import bisect_command, compare_command
 
 PROG = "npugraph-ex"
 

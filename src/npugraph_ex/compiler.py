@@ -16,9 +16,10 @@ import torch.fx
 
 from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
 from npugraph_ex.capture.deadlock import check_collective_order
-from npugraph_ex.capture.host_copies import copy_host_scalars_without_blocking
+from npugraph_ex.capture.dumping import DumpedCalls
 from npugraph_ex.capture.key_shapes import KeySpecialiser, RowPlan
 from npugraph_ex.capture.manager import CaptureManager
+from npugraph_ex.capture.programs import KeyPrograms
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
@@ -29,22 +30,22 @@ from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
 from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.base import DeviceRuntime
+from npugraph_ex.runtime.platform import platform_for
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
 
 log = logging.getLogger(__name__)
 
 
-def warn_unapplied_scopes(gm: torch.fx.GraphModule, runtime: DeviceRuntime, name: str) -> None:
-    if LIMIT_CORE_NUM in scopes_in(gm.graph) and not runtime.limits_cores:
+def warn_unapplied_scopes(gm: torch.fx.GraphModule, device_type: str, name: str) -> None:
+    if LIMIT_CORE_NUM in scopes_in(gm.graph) and not platform_for(device_type).limits_cores():
         log_once(
             log,
             logging.WARNING,
-            ("limit_core_num", runtime.name),
+            ("limit_core_num", device_type),
             "npugraph_ex: %s: limit_core_num has no effect on %s replays (this runtime cannot "
             "partition the device); the ops inside run on the whole device",
             name,
-            runtime.name,
+            device_type,
         )
 
 
@@ -115,7 +116,6 @@ def lower_graph(
         example_inputs = host.example_inputs(example_inputs)
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
-    copy_host_scalars_without_blocking(gm, facts)
     rows = RowPlan.of(gm) if gm.meta.get(CAPTURE_PATTERNS) else None
     return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows)
 
@@ -140,16 +140,16 @@ def compile_graph(
 
 
 def key_specialiser(lowered: LoweredGraph) -> KeySpecialiser | None:
-    """What splits the few-row products of each key of a CPU graph whose capture patterns ran
-    with symbolic row counts, where no ``limit_core_num`` block caps its threads
+    """What splits the few-row products of each key of a graph whose capture patterns ran with
+    symbolic row counts, where the platform of its device picks keys by their row counts
+    (``Platform.key_rule``) and no ``limit_core_num`` block caps its threads
     (``capture/key_shapes.py``)."""
-    if (
-        lowered.rows is None
-        or lowered.facts.device_type != "cpu"
-        or LIMIT_CORE_NUM in scopes_in(lowered.gm.graph)
-    ):
+    if lowered.rows is None or LIMIT_CORE_NUM in scopes_in(lowered.gm.graph):
         return None
-    return KeySpecialiser(lowered.gm, lowered.rows, lowered.name)
+    rule = platform_for(lowered.facts.device_type).key_rule()
+    if rule is None:
+        return None
+    return KeySpecialiser(lowered.gm, lowered.rows, lowered.name, rule)
 
 
 def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:
@@ -159,28 +159,29 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
     if config.deadlock_check:
         check_collective_order(gm, lowered.name)
     runtime = runtime_for(facts.device_type)
-    warn_unapplied_scopes(gm, runtime, lowered.name)
+    warn_unapplied_scopes(gm, facts.device_type, lowered.name)
     kernels = (
         StaticKernelCompiler(gm, config, facts.device_type)
         if config.static_kernel_compile
         else None
     )
     dumper = TensorDumper(config, lowered.name) if config.dump_tensor_data else None
-    manager = CaptureManager(
+    dumps_replays = dumper is not None and lowered.original is None
+    programs = KeyPrograms(
         gm,
-        facts,
         config,
-        runtime,
         name=lowered.name,
         kernels=kernels,
         specialiser=key_specialiser(lowered),
-        dumper=dumper if lowered.original is None else None,
+        watched=dumps_replays and platform_for(facts.device_type).replays_watched(),
     )
+    manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, programs=programs)
     manager.stats.failed_passes.update(lowered.failed_passes)
     folder = debug_folder(config, lowered.name)
     if folder is not None:
         write_captured_graph(folder, gm, facts, lowered.host)
-    call = manager if lowered.host is None else lowered.host.wrap(manager)
+    call: Callable[[list[Any]], Any] = DumpedCalls(manager, dumper) if dumps_replays else manager
+    call = call if lowered.host is None else lowered.host.wrap(call)
     if dumper is not None and lowered.original is not None:
         call = dumping_original(call, lowered.original, dumper)
     return boxed(call)

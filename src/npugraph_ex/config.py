@@ -23,6 +23,7 @@ from npugraph_ex.errors import ConfigError, ConfigTypeError
 from npugraph_ex.option_checks import (
     MODE_ALIASES,
     check_bool,
+    check_build_steps,
     check_callable,
     check_calls,
     check_choice,
@@ -180,6 +181,11 @@ class Config:
 
     disabled_passes: tuple[str, ...] = checked_field((), check_names)
     """Names of passes to skip, to bisect a miscompile; a list is stored as a tuple."""
+
+    disabled_build_steps: tuple[str, ...] = checked_field((), check_build_steps)
+    """Steps of the CPU replay engine's build to skip, for comparisons: ``fold_constants``
+    (replay every step), ``place`` (no pool: every storage keeps its own allocation),
+    ``share_views`` (each recorded tensor object kept)."""
 
     debug_dump_dir: str | None = checked_field(None, check_optional_path)
     """Folder for the FX graph before and after each pass; None writes nothing."""

@@ -8,12 +8,12 @@ value found and what is allowed.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any, NoReturn
 
-from npugraph_ex.debug.calls import parse_calls
 from npugraph_ex.errors import ConfigError, ConfigTypeError
 
 Check = Callable[[str, Any], Any]
@@ -147,12 +147,39 @@ def check_names(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+BUILD_STEPS = ("fold_constants", "place", "share_views")
+"""The CPU replay engine's build steps a key's program is right without
+(``runtime/cpu/build.py``)."""
+
+
+def check_build_steps(name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(v in BUILD_STEPS for v in value):
+        fail(name, f"a list or tuple of build step names from {BUILD_STEPS}", value)
+    return tuple(value)
+
+
 def check_patterns(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(value.split())
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         fail(name, "a list or tuple of patterns (str), or one str of them", value, ConfigTypeError)
     return tuple(value)
+
+
+CALL_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_calls(spec: str) -> list[tuple[int, int]]:
+    """Call selections as TorchAir writes dump steps: ``"0|2-4"`` as inclusive ranges
+    ``[(0, 0), (2, 4)]``; ``""`` as no ranges (every call). Raises ValueError naming the part it
+    cannot read."""
+    ranges = []
+    for part in spec.replace(" ", "").split("|") if spec.strip() else ():
+        match = CALL_RANGE.match(part)
+        if match is None or (match[2] is not None and int(match[2]) < int(match[1])):
+            raise ValueError(f"cannot read {part!r}: write calls as 'N' or 'N-M' joined by '|'")
+        ranges.append((int(match[1]), int(match[2] or match[1])))
+    return ranges
 
 
 def check_calls(name: str, value: Any) -> str:

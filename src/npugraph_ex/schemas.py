@@ -16,6 +16,13 @@ from torch._ops import OpOverload
 TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
 """Factory arguments an ``out=`` overload takes from its ``out`` tensor instead."""
 
+NON_BLOCKING_COPIES = {
+    torch.ops.aten._to_copy.default: 0,
+    torch.ops.aten.copy.default: 1,
+    torch.ops.aten.copy_.default: 1,
+}
+"""Copy ops with a ``non_blocking`` argument, and the position of their source."""
+
 
 def is_collective(op: Any) -> bool:
     """A functional collective (``_c10d_functional.all_reduce``, ...): it returns at once, its

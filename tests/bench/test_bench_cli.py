@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from npugraph_ex import host_probes
 from npugraph_ex.bench.command import WORKLOADS, add_parser
 from npugraph_ex.bench.variants import names_for
 from npugraph_ex.cli import main
+from npugraph_ex.runtime.cpu import probes as host_probes
 
 ROOT = Path(__file__).resolve().parents[2]
 

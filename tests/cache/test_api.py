@@ -22,7 +22,7 @@ from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.config import Config
 from npugraph_ex.errors import ConfigError, ConfigTypeError
-from npugraph_ex.passes.patterns import onednn_linear, row_products
+from npugraph_ex.runtime.cpu import probes as host_probes
 from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend
 
 
@@ -387,16 +387,16 @@ def loaded_manager(tmp_path: Path, make: Callable[[], torch.nn.Module], rows: li
 def test_a_stored_dynamic_graph_specialises_its_few_row_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
     manager = loaded_manager(tmp_path, Projection, [4, 5, 12])
-    assert manager.stats.key_specialisation == {"specialised": 2}
+    assert manager.stats.summary()["key_specialisation"] == {"specialised": 2}
 
 
 def test_a_stored_graph_runs_its_products_through_onednn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
     # 512 x 128: the smallest weight oneDNN's pattern takes; with a bias.
     manager = loaded_manager(tmp_path, lambda: Projection(512, bias=True), [4, 12])
     ops = [set(entry.graph.step_names) for entry in manager.entries.values()]

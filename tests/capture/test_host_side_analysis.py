@@ -11,20 +11,15 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from npugraph_ex.capture.analysis import analyse_graph
-from npugraph_ex.capture.host_copies import copy_host_scalars_without_blocking
 
 
-def traced(fn: Callable[..., torch.Tensor]):
-    """``fn(x, host)`` traced on a fake CUDA tensor and a 0-d CPU one, and its facts."""
+def facts_of(fn: Callable[..., torch.Tensor]):
+    """The facts of ``fn(x, host)`` traced on a fake CUDA tensor and a 0-d CPU one."""
     with FakeTensorMode():
         x = torch.empty(4, 3, device="cuda")
         host = torch.empty((), dtype=torch.int64)
     gm = make_fx(fn, tracing_mode="fake")(x, host)
-    return gm, analyse_graph(gm, [x, host], static_indices=())
-
-
-def facts_of(fn: Callable[..., torch.Tensor]):
-    return traced(fn)[1]
+    return analyse_graph(gm, [x, host], static_indices=())
 
 
 def scaled_by_a_cpu_scalar(x, host):
@@ -69,13 +64,3 @@ def test_a_write_to_a_cpu_input_is_refused() -> None:
 
     facts = facts_of(counts_on_the_host)
     assert facts.blocker == "the graph writes CPU tensor input host_1, which a replay would not"
-
-
-def test_copies_of_host_scalar_inputs_do_not_block() -> None:
-    # A blocking copy from the host synchronises the capturing stream, which invalidates a capture.
-    gm, facts = traced(copies_the_host_scalar_input)
-    copies = gm.graph.find_nodes(op="call_function", target=torch.ops.aten._to_copy.default)
-    assert [c.kwargs.get("non_blocking", False) for c in copies] == [False]
-    assert copy_host_scalars_without_blocking(gm, facts) == 1
-    assert [c.kwargs["non_blocking"] for c in copies] == [True]
-    assert "non_blocking = True" in gm.code

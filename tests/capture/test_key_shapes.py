@@ -15,7 +15,7 @@ from models import make_tiny_qwen3
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.capture import key_shapes
-from npugraph_ex.passes.patterns import row_products
+from npugraph_ex.runtime.cpu import probes as host_probes
 
 MM, BMM = "aten.mm.out", "aten.bmm.out"
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
@@ -27,7 +27,7 @@ WEIGHT = (256, 128)
 @pytest.fixture
 def split_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Two intra-op threads, on a host where the split pays (whatever this one says)."""
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
     torch._dynamo.reset()
     with intra_op_threads(2):
         yield

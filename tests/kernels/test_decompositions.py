@@ -11,15 +11,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import npugraph_ex
-from npugraph_ex import host_probes
-from npugraph_ex.kernels import decompositions
-from npugraph_ex.kernels.decompositions import (
-    MAX_ROWS,
-    few_rows_times_matrix,
-    few_rows_times_matrix_plus,
-)
+from npugraph_ex.kernels.decompositions import few_rows_times_matrix, few_rows_times_matrix_plus
 from npugraph_ex.kernels.static_compile import specialise
 from npugraph_ex.passes.patterns import onednn_linear
+from npugraph_ex.runtime.cpu import probes as host_probes
+from npugraph_ex.runtime.cpu.platform import REDUCTION_MAX_ROWS as MAX_ROWS
 
 aten = torch.ops.aten
 
@@ -27,7 +23,7 @@ aten = torch.ops.aten
 @pytest.fixture(autouse=True)
 def reduction_pays(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host where the reduction pays, whatever this one measures (one test says otherwise)."""
-    monkeypatch.setattr(decompositions, "reduction_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "reduction_pays", lambda: True)
 
 
 def linear_graph(bias: bool) -> torch.fx.GraphModule:
@@ -92,7 +88,7 @@ def test_column_products_are_left_to_aten() -> None:
 
 
 def test_a_host_where_the_reduction_does_not_pay_keeps_the_matrix_product(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(decompositions, "reduction_pays", lambda: False)
+    monkeypatch.setattr(host_probes, "reduction_pays", lambda: False)
     x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
     ops = specialised_ops(linear_graph(False), x, w, b)
     assert ops["aten.mm"] == 1 and ops["aten.sum"] == 0
@@ -112,19 +108,19 @@ ONEDNN_WEIGHT = (512, 128)
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_product_by_a_large_weight_goes_through_onednn(monkeypatch, bias: bool) -> None:  # noqa: ANN001
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
     x, w, b = torch.randn(MAX_ROWS + 1, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["mkldnn._linear_pointwise"] == 1
     assert ops["aten.mm"] == ops["aten.addmm"] == 0
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: False)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: False)
     ops = specialised_ops(linear_graph(bias), x, w, b)
     assert ops["mkldnn._linear_pointwise"] == 0
     assert ops["aten.addmm" if bias else "aten.mm"] == 1
 
 
 def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
     x, w, b = torch.randn(MAX_ROWS, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
     ops = specialised_ops(linear_graph(False), x, w, b)
     assert ops["aten.sum"] == 1 and ops["mkldnn._linear_pointwise"] == 0
@@ -134,7 +130,7 @@ def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> 
 def test_static_kernels_call_onednn_and_leave_inductors_lowering_as_it_was(monkeypatch) -> None:  # noqa: ANN001
     from torch._inductor import lowering
 
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
     torch._dynamo.reset()
     lowered_before = lowering.lowerings.get(onednn_linear.LINEAR)
     layer = torch.nn.Linear(128, ONEDNN_WEIGHT[0])

@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from helpers import intra_op_threads
-from npugraph_ex import host_probes
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
-from npugraph_ex.passes.patterns import onednn_linear, row_products
-from npugraph_ex.passes.patterns.onednn_linear import MIN_ROWS, MIN_WEIGHT_ELEMENTS
+from npugraph_ex.passes.patterns import onednn_linear
+from npugraph_ex.runtime.cpu import platform as cpu_platform
+from npugraph_ex.runtime.cpu import probes as host_probes
+from npugraph_ex.runtime.cpu.platform import LINEAR_MIN_ROWS as MIN_ROWS
+from npugraph_ex.runtime.cpu.platform import LINEAR_MIN_WEIGHT_ELEMENTS as MIN_WEIGHT_ELEMENTS
 
 pytestmark = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN"
@@ -34,8 +36,8 @@ unit-scale values, about 11 in size)."""
 def pays(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A host where oneDNN pays and the few-row split does not (whatever this one says), on
     two threads."""
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: True)
-    monkeypatch.setattr(row_products, "split_pays", lambda: False)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: False)
     torch._dynamo.reset()
     with intra_op_threads(2):
         yield
@@ -96,7 +98,7 @@ def test_static_kernels_or_a_host_where_it_does_not_pay_keep_mm(traced, pays, mo
     x, w = torch.randn(20, 128), torch.randn(*WEIGHT)
     kept = {MM: 1, ADDMM: 0, LINEAR: 0}
     assert counts_after(traced, product, x, w, static_kernel_compile=True) == kept
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: False)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: False)
     assert counts_after(traced, product, x, w) == kept
 
 
@@ -107,7 +109,7 @@ def test_a_torch_build_without_onednn_keeps_mm(traced, pays, monkeypatch) -> Non
 
 
 def test_few_rows_the_split_takes_are_split_not_linear(traced, pays, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
     x, w = torch.randn(MIN_ROWS, 128), torch.randn(*WEIGHT)
     counts = counts_after(traced, product, x, w)
     assert counts == {MM: 0, ADDMM: 0, LINEAR: 0}
@@ -140,7 +142,7 @@ def ops_by_rows(before: set[int]) -> dict[int, set[str]]:
 def test_a_dynamic_graph_runs_each_key_as_a_graph_compiled_for_its_rows(pays, monkeypatch) -> None:  # noqa: ANN001
     """A symbolic row count is taken (oneDNN runs any rows); each key then runs what a graph
     compiled for its rows would: the split, ``mm`` below ``MIN_ROWS``, oneDNN's linear."""
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
     before = live_graph_numbers()
     linear = torch.nn.Linear(128, WEIGHT[0], bias=False)  # a parameter: its sizes stay fixed
     compiled = torch.compile(linear, backend="npugraph_ex", fullgraph=True, dynamic=True)
@@ -148,7 +150,7 @@ def test_a_dynamic_graph_runs_each_key_as_a_graph_compiled_for_its_rows(pays, mo
         x = torch.randn(rows, 128)
         for _ in range(2):
             torch.testing.assert_close(compiled(x), linear(x), **TOLERANCE)
-    monkeypatch.setattr(row_products, "split_pays", lambda: False)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: False)
     x = torch.randn(3, 128)
     torch.testing.assert_close(compiled(x), linear(x), **TOLERANCE)
     ops = ops_by_rows(before)
@@ -163,7 +165,7 @@ def test_a_dynamic_graph_runs_each_key_as_a_graph_compiled_for_its_rows(pays, mo
 def test_row_counts_where_onednn_does_not_pay_stay_mm(traced, pays, monkeypatch) -> None:  # noqa: ANN001
     """A host where oneDNN pays from 16 rows on only (as on MKL's Intel code paths): a graph
     of 9 rows keeps ``mm``; a dynamic graph's 9-row key runs ``mm``, its 20-row key oneDNN."""
-    monkeypatch.setattr(onednn_linear, "linear_pays", lambda rows=None: rows is None or rows >= 16)
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: rows is None or rows >= 16)
     w = torch.randn(*WEIGHT)
     assert counts_after(traced, product, torch.randn(9, 128), w) == {MM: 1, ADDMM: 0, LINEAR: 0}
     assert counts_after(traced, product, torch.randn(20, 128), w) == {MM: 0, ADDMM: 0, LINEAR: 1}
@@ -198,7 +200,7 @@ def test_the_host_probe_times_both_per_row_count_and_uses_onednn_where_it_pays()
 def test_past_the_row_counts_given_to_onednn_a_new_key_runs_mm(pays, monkeypatch) -> None:  # noqa: ANN001
     """oneDNN keeps generated code for every shape it runs, for the process's life: it is given
     ``MAX_ROW_COUNTS`` distinct row counts, and a key at a further count runs ``mm``."""
-    monkeypatch.setattr(onednn_linear, "MAX_ROW_COUNTS", 2)
+    monkeypatch.setattr(cpu_platform, "LINEAR_MAX_ROW_COUNTS", 2)
     before = live_graph_numbers()
     linear = torch.nn.Linear(128, WEIGHT[0], bias=False)
     compiled = torch.compile(linear, backend="npugraph_ex", fullgraph=True, dynamic=True)
@@ -210,5 +212,5 @@ def test_past_the_row_counts_given_to_onednn_a_new_key_runs_mm(pays, monkeypatch
     onednn = f"compute_and_copy[{LINEAR}]"
     assert onednn in ops[9] and onednn in ops[20]
     assert "aten.mm.out" in ops[30] and onednn not in ops[30]
-    assert onednn_linear.ROW_COUNTS == {9, 20}
-    assert onednn_linear.takes_rows(9) and not onednn_linear.takes_rows(31)
+    assert cpu_platform.LINEAR_ROW_COUNTS == {9, 20}
+    assert cpu_platform.linear_takes_rows(9) and not cpu_platform.linear_takes_rows(31)

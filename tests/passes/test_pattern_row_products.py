@@ -11,12 +11,11 @@ import torch
 
 from helpers import GraphRecorder, intra_op_threads
 from models import make_tiny_qwen2, make_tiny_qwen3
-from npugraph_ex import host_probes
 from npugraph_ex.bench.presets import QWEN3_PRESETS
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
-from npugraph_ex.passes.patterns import row_products
-from npugraph_ex.passes.patterns.row_products import MIN_WEIGHT_ELEMENTS
+from npugraph_ex.runtime.cpu import probes as host_probes
+from npugraph_ex.runtime.cpu.platform import SPLIT_MIN_WEIGHT_ELEMENTS as MIN_WEIGHT_ELEMENTS
 from npugraph_ex.scope import limit_core_num, stream
 
 MM, BMM = "aten.mm.default", "aten.bmm.default"
@@ -33,7 +32,7 @@ THREADS = 2
 @pytest.fixture
 def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``THREADS`` intra-op threads, on a host where the split pays (whatever this one says)."""
-    monkeypatch.setattr(row_products, "split_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: True)
     with intra_op_threads(THREADS):
         yield
 
@@ -269,7 +268,7 @@ def test_non_contiguous_operands(fused, threads, operand, applies) -> None:
 
 
 def test_a_host_where_the_split_does_not_pay_keeps_mm(traced, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(row_products, "split_pays", lambda: False)
+    monkeypatch.setattr(host_probes, "split_pays", lambda: False)
     with intra_op_threads(THREADS):
         counts = fused_counts(traced, torch.randn(1, 128), torch.randn(*SPLIT_WEIGHT))
     assert counts == {MM: 1, BMM: 0}

@@ -7,7 +7,6 @@ import torch
 
 from helpers import capture_on_cpu as capture
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-from npugraph_ex.runtime.cpu import CpuRuntime
 from npugraph_ex.runtime.cpu import constants as cpu_constants
 
 
@@ -121,8 +120,7 @@ def test_a_constant_larger_than_the_limit_stays_in_the_pool(monkeypatch) -> None
 def test_constant_bytes_count_in_the_captures_memory(monkeypatch) -> None:
     x = torch.randn(8, 8)
     folded = capture(causal_scores, x)
-    monkeypatch.setattr(CpuRuntime, "fold_constants", False)
-    replayed = capture(causal_scores, x)
+    replayed = capture(causal_scores, x, disabled=("fold_constants",))
     assert replayed.step_kinds["constant"] == 0
     # The bool mask the replay reads; the int64 arange it was built from is freed.
     assert folded.constant_bytes == 8 * 8
@@ -152,12 +150,13 @@ def test_qwen3_forward_without_a_cache_folds_its_mask_and_positions(monkeypatch)
     model = build_qwen3("tiny", seed=0)
     tokens = torch.arange(12)[None]
 
-    def logits() -> tuple[torch.Tensor, object]:
+    def logits(disabled: list[str] = ()) -> tuple[torch.Tensor, object]:
         before = live_graph_numbers()
         compiled = torch.compile(
             lambda ids: model(input_ids=ids, use_cache=False).logits,
             backend="npugraph_ex",
             dynamic=False,
+            options={"disabled_build_steps": disabled},
         )
         with torch.no_grad():
             compiled(tokens)
@@ -167,8 +166,7 @@ def test_qwen3_forward_without_a_cache_folds_its_mask_and_positions(monkeypatch)
 
     folded_logits, folded = logits()
     torch._dynamo.reset()
-    monkeypatch.setattr(CpuRuntime, "fold_constants", False)
-    replayed_logits, replayed = logits()
+    replayed_logits, replayed = logits(["fold_constants"])
     assert folded.step_kinds["constant"] >= 20
     assert replayed.kernel_count - folded.kernel_count == folded.step_kinds["constant"]
     assert "aten.arange.out" not in folded.step_names

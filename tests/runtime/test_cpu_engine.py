@@ -9,6 +9,7 @@ from torch.profiler import ProfilerActivity, profile
 from helpers import capture_on_cpu as capture
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.base import Program
 from npugraph_ex.runtime.cpu.memory import tensors_in
 from npugraph_ex.runtime.cpu.steps import result_tensor_lister
 from npugraph_ex.schemas import out_variant
@@ -146,7 +147,7 @@ def test_host_read_during_capture_is_refused() -> None:
 
     cpu = runtime_for("cpu")
     with pytest.raises(CaptureError, match="reads tensor data on the host"):
-        cpu.capture(reads_value, [torch.randn(3)], pool=None, capture_error_mode="global")
+        cpu.capture(Program(reads_value), [torch.randn(3)], None)
 
 
 def test_unknown_device_type_names_the_supported_ones() -> None:

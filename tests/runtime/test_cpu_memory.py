@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from helpers import capture_on_cpu as capture
-from npugraph_ex.runtime import runtime_for
+from helpers import captured_on_cpu
 from npugraph_ex.runtime.cpu.memory import ALIGNMENT, Buffer, assign_offsets, tensors_in
 
 
@@ -95,19 +95,14 @@ def test_capture_under_inference_mode_replays_outside_it() -> None:
         assert torch.equal(graph.replay()[0], chain(x))
 
 
-@pytest.mark.parametrize("plan_memory", [True, False])
-def test_the_capturing_call_returns_values_in_the_graphs_output_memory(plan_memory) -> None:
-    runtime = runtime_for("cpu")
-    runtime.plan_memory = plan_memory
-    try:
-        x = torch.randn(4, 4)
-        graph = capture(chain, x)
-    finally:
-        runtime.plan_memory = True
-    first = graph.capture_outputs[0]
+@pytest.mark.parametrize("pooled", [True, False])
+def test_the_capturing_call_returns_values_in_the_graphs_output_memory(pooled) -> None:
+    x = torch.randn(4, 4)
+    captured = captured_on_cpu(chain, x, disabled=() if pooled else ("place",))
+    first, graph = captured.outputs[0], captured.graph
     assert torch.equal(first, chain(x))
     assert first.data_ptr() == graph.replay()[0].data_ptr()
-    assert (graph.placed is not None) == plan_memory
+    assert (graph.placed is not None) == pooled
 
 
 def test_tensors_in_finds_what_pytree_finds_in_the_same_order() -> None:

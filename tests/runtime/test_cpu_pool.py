@@ -6,20 +6,16 @@ import gc
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime import runtime_for
-from npugraph_ex.runtime.cpu import graph as cpu_graph
+from helpers import capture_on_cpu
 from npugraph_ex.runtime.cpu import views as cpu_views
 from npugraph_ex.runtime.cpu.pool import CpuPool
 
 
-def capture(fn, *args, pool):
-    gm = make_fx(fn)(*args)
-    graph = runtime_for("cpu").capture(gm, list(args), pool=pool, capture_error_mode="global")
-    graph.capture_outputs = None  # what the capture manager does once the call has returned
-    return graph
+def capture(fn, *args, pool, disabled=()):
+    # The Capture's outputs are the capturing call's: dropped here, as once a call returned.
+    return capture_on_cpu(fn, *args, pool=pool, disabled=disabled)
 
 
 def mlp(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -136,8 +132,9 @@ def test_views_of_the_arena_with_one_geometry_share_one_tensor_object(
 ) -> None:
     w = torch.randn(16, 16)
     shared = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
-    monkeypatch.setattr(cpu_graph, "share_equal_views", lambda replay, arena, moving: None)
-    apart = capture(repeated_blocks, torch.randn(8, 16), w, pool=CpuPool())
+    apart = capture(
+        repeated_blocks, torch.randn(8, 16), w, pool=CpuPool(), disabled=("share_views",)
+    )
     arena_objects = {len(tensor_objects(g, g.placed.pool.arena)) for g in (shared, apart)}
     # Four blocks of mm, sigmoid, mul and add: 16 results, the last one the output, so 15 in
     # the arena, where they take three places of one shape.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import capture_on_cpu as capture
+from helpers import captured_on_cpu
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.base import Program
 from npugraph_ex.runtime.cpu.recorder import KernelRecorder
 from npugraph_ex.runtime.cpu.release import Releaser, ReleasingRun
 
@@ -54,8 +55,9 @@ def view_outlives_its_base(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tens
 
 def test_a_storage_stays_while_a_view_of_it_is_alive_and_inputs_are_never_freed() -> None:
     x, w = torch.randn(6, 5), torch.randn(3, 5)
-    graph = capture(view_outlives_its_base, x, w)
-    for got, want in zip(graph.capture_outputs, view_outlives_its_base(x, w), strict=True):
+    captured = captured_on_cpu(view_outlives_its_base, x, w)
+    graph = captured.graph
+    for got, want in zip(captured.outputs, view_outlives_its_base(x, w), strict=True):
         assert torch.equal(got, want)
     assert x.untyped_storage().nbytes() == 6 * 5 * 4
     assert w.untyped_storage().nbytes() == 3 * 5 * 4
@@ -75,7 +77,7 @@ def with_a_constant(x: torch.Tensor) -> torch.Tensor:
 def test_a_graph_constant_is_never_freed() -> None:
     x = torch.randn(2, 4)
     gm = make_fx(with_a_constant)(x)
-    graph = runtime_for("cpu").capture(gm, [x], pool=None, capture_error_mode="global")
+    graph = runtime_for("cpu").capture(Program(gm), [x], None).graph
     constants = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     assert len(constants) == 1 and constants[0].untyped_storage().nbytes() == 12 * 4
     x.copy_(torch.randn(2, 4))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex import host_probes
+from npugraph_ex.runtime.cpu import probes as host_probes
 
 
 def cpu_model() -> str:

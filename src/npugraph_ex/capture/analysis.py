@@ -18,7 +18,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.passes.graph_facts import fake_value
 from npugraph_ex.runtime.cpu.memory import tensors_in
-from npugraph_ex.schemas import argument_value
+from npugraph_ex.schemas import NON_BLOCKING_COPIES, argument_value
 
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
 # their fake output instead: only an unbacked size makes the shape data-dependent.
@@ -126,13 +126,6 @@ def uncapturable_op(node: torch.fx.Node) -> str | None:
         return "data-dependent output shape"
     return None
 
-
-NON_BLOCKING_COPIES = {
-    torch.ops.aten._to_copy.default: 0,
-    torch.ops.aten.copy.default: 1,
-    torch.ops.aten.copy_.default: 1,
-}
-"""Copy ops with a ``non_blocking`` argument, and the position of their source."""
 
 COPY_TARGETS = frozenset(NON_BLOCKING_COPIES) | {
     torch.ops.aten._copy_from.default,

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.capture.analysis import GraphFacts
+from npugraph_ex.errors import CaptureError
 from npugraph_ex.fixed_views import alias_of
 
 
@@ -113,6 +114,19 @@ class InputLayout:
         where they are keyed) as the tuple the staged inputs hold (``interned``; call after
         ``stage``), not one more int object per parameter for every key."""
         return (*key[:4], self.interned(key[4])) if key[4] else key
+
+    def check_frozen(self, args: Sequence[Any], staged: StagedInputs, graph: str, key: str) -> None:
+        """Raise when a parameter or buffer is not where ``staged`` captured it, as
+        ``frozen_parameter=True`` promised it would be (``key`` of ``graph``)."""
+        index = self.moved_parameter(args, staged.parameter_addresses)
+        if index is None:
+            return
+        raise CaptureError(
+            f"{graph}: parameter or buffer input {index} moved since {key} was captured, and "
+            "with frozen_parameter=True the replay would read its old memory. Update parameters "
+            "in place (param.copy_(new)), or set options={'frozen_parameter': False} to key "
+            "graphs on their addresses."
+        )
 
     def moved_parameter(self, args: Sequence[Any], captured: Sequence[int]) -> int | None:
         """The first parameter or buffer input not at its ``captured`` address, else None."""

@@ -1,21 +1,22 @@
-"""Keys of a CPU graph with symbolic sizes get the few-row split, decided on their own sizes.
+"""Keys of a graph with symbolic sizes get the few-row split, decided on their own sizes.
 
 A graph compiled with ``dynamic=True`` holds symbolic sizes, so ``pattern_fusion_pass`` cannot
-split a product of up to ``MAX_ROWS`` rows over the threads (``passes/patterns/row_products.py``):
-it needs the row count. Every captured key has concrete sizes. Where the graph's symbolic row
-counts (``RowPlan``, read once from its fake values; the compile cache stores it) give a key a
-product of few enough rows, the key's capture runs the graph under ``SplitFewRows``, a dispatch
-mode that runs each ``mm``/``addmm`` the pattern would take as the pattern's replacement does,
-judged on the real arguments, so the recorder records the split's kernels:
+split a product of few rows over the threads (``passes/patterns/row_products.py``): it needs the
+row count. Every captured key has concrete sizes. Where the platform of the graph's device picks
+keys by their row counts (``Platform.key_rule``; the CPU's: a product of at most
+``SPLIT_MAX_ROWS`` rows, or at a count oneDNN is not given, ``runtime/cpu/platform.py``) and the
+graph's symbolic row counts (``RowPlan``, read once from its fake values; the compile cache
+stores it) give a key such a product, the key's capture runs the graph under ``SplitFewRows``, a
+dispatch mode that runs each ``mm``/``addmm`` the pattern would take as the pattern's
+replacement does, judged on the real arguments, so the recorder records the split's kernels:
 
     graph:     %y = mm(%x, t(%w))                           x: [s0, 256]
     key s0=4:  bmm(view(w, [2, N/2, 256]), ...), copy       the split, as a static graph has it
     key s0=20: mm                                           the graph as it is, no mode
 
 A product the graph runs through oneDNN's linear (``onednn_linear``, which takes symbolic row
-counts) runs the same way: as the split where the split takes it, as ``mm`` where oneDNN does
-not pay at the key's row count (below 4 rows, or where the host probe says so; such keys get the
-mode too), as it is otherwise.
+counts) runs the same way: as the split where the split takes it, as ``mm`` where the platform
+does not give oneDNN the key's row count (such keys get the mode too), as it is otherwise.
 
 A batch or sequence that grows one row at a time (a generation loop without a KV cache, a decode
 step over a dynamic batch) gets the kernels a graph compiled for one shape has for its few-row
@@ -44,9 +45,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.passes.graph_facts import fake_value
-from npugraph_ex.passes.patterns import onednn_linear
 from npugraph_ex.passes.patterns.onednn_linear import LINEAR, plain_or_split
-from npugraph_ex.passes.patterns.row_products import MAX_ROWS, split_of
+from npugraph_ex.passes.patterns.row_products import split_of
+from npugraph_ex.runtime.platform import KeyRule
 
 log = logging.getLogger(__name__)
 
@@ -97,17 +98,6 @@ class RowPlan:
             elif dim is not None and isinstance(arg, torch.Tensor) and dim < arg.dim():
                 bound[name] = arg.shape[dim]
         return [evaluate(expr, bound) for expr in self.rows]
-
-    def wants_own_kernels(self, args: Sequence[Any]) -> bool:
-        """Whether a product has at most ``MAX_ROWS`` rows for ``args``, or a row count
-        oneDNN's linear, which the graph may hold, does not take (``takes_rows``: where it does
-        not pay on this host, or past the counts it is given)."""
-        onednn_in_use = onednn_linear.linear_pays(None)
-        return any(
-            count is not None
-            and (count <= MAX_ROWS or (onednn_in_use and not onednn_linear.takes_rows(count)))
-            for count in self.counts(args)
-        )
 
 
 def symbolic_rows(gm: torch.fx.GraphModule) -> list[sympy.Expr]:
@@ -191,17 +181,18 @@ def say_failed(name: str, error: Exception) -> None:
 
 
 class KeySpecialiser:
-    """Per call of one CPU graph with symbolic product row counts: the graph with its few-row
-    products split, where the call's sizes give some product few enough rows."""
+    """Per call of one graph with symbolic product row counts: the graph with its few-row
+    products split, where ``rule`` (its platform's ``key_rule``) picks the call's row counts."""
 
-    def __init__(self, fn: Callable[..., Any], plan: RowPlan, name: str):
+    def __init__(self, fn: Callable[..., Any], plan: RowPlan, name: str, rule: KeyRule):
         self.fn = fn
         self.plan = plan
         self.name = name
+        self.rule = rule
 
     def graph_for(self, args: Sequence[Any], counts: Counter) -> Callable[..., Any] | None:
         """What to run for ``args`` in place of the graph, or None to run it as it is."""
-        if not self.plan.wants_own_kernels(args):
+        if not self.rule(self.plan.counts(args)):
             return None
         return SplitRun(self.fn, self.name, counts)
 

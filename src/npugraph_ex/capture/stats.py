@@ -21,10 +21,15 @@ from torch._dynamo.utils import counters as DYNAMO_COUNTERS
 
 @dataclass
 class GraphStats:
-    """What one FX graph's capture manager did."""
+    """What one FX graph's capture manager did; what it holds now is read from it (``live``)."""
 
     name: str
     device: str
+    live: Callable[[], dict[str, Any]] = dict
+    """What the graph holds now, read from its capture manager: ``keys`` (per live key, its
+    replays since the counters restarted, kernels per replay and the bytes it needs in its
+    pool), ``pools`` (bytes held by each pool its keys draw from, by pool identity), and the
+    ``static_kernels`` and ``key_specialisation`` outcomes of its keys' programs."""
     captures: int = 0
     """Keys captured (a recapture counts here too)."""
     recaptures: Counter = field(default_factory=Counter)
@@ -43,31 +48,14 @@ class GraphStats:
     """Passes that raised while this graph was compiled (it went on without them)."""
     capture_seconds: float = 0.0
     """Time spent in warm-up and capture (static kernel compiles included)."""
-    static_kernels: Counter = field(default_factory=Counter)
-    """With ``static_kernel_compile``: captures whose kernels were ``compiled``, loaded on a
-    ``cache_hit``, ``reused`` from an earlier capture of the same shapes (a recapture), or
-    ``failed`` to compile (those capture the ATen graph instead), or were ``not chosen`` by
-    ``static_kernel_sym_values`` (those capture the ATen graph)."""
-    key_specialisation: Counter = field(default_factory=Counter)
-    """Keys of a CPU graph with symbolic sizes whose capture split few-row products, judged on
-    the key's own sizes (``specialised``), or where a split raised (``failed``: that product
-    runs whole); ``force_eager`` calls count too. See ``capture/key_shapes.py``."""
-    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per live key (labelled by its shapes and values): replays, kernels per replay, and
-    ``pool_bytes``, the bytes that key needs in its pool."""
-    pools: Callable[[], dict[int, int]] = dict
-    """Bytes held now by each pool the graph's keys draw from, by pool identity."""
 
-    def replayed(self, label: str) -> None:
+    def replayed(self) -> None:
         self.replays += 1
-        self.keys[label]["replays"] += 1
         DYNAMO_COUNTERS["npugraph_ex"]["replays"] += 1
 
-    def captured(self, label: str, info: dict[str, Any], recapture: str | None) -> None:
-        """A new key ``label`` (``info``: its kernels and pool bytes), or a recapture of a key
-        for the reason ``recapture``."""
+    def captured(self, recapture: str | None) -> None:
+        """A new key, or a recapture of a key for the reason ``recapture``."""
         self.captures += 1
-        self.keys[label] = {"replays": 0, **info}
         DYNAMO_COUNTERS["npugraph_ex"]["captures"] += 1
         if recapture is not None:
             self.count(self.recaptures, "recaptures", recapture)
@@ -78,8 +66,7 @@ class GraphStats:
     def failed(self, reason: str) -> None:
         self.count(self.failed_calls, "failed_calls", reason)
 
-    def dropped(self, label: str, reason: str) -> None:
-        self.keys.pop(label, None)
+    def dropped(self, reason: str) -> None:
         self.count(self.dropped_keys, "dropped_keys", reason)
 
     @staticmethod
@@ -91,8 +78,14 @@ class GraphStats:
         mirrored[name] += 1
         mirrored[f"{name}:{reason}"] += 1
 
+    def restarted(self) -> GraphStats:
+        """Counters from zero, for the same graph (its failed passes stay: they happened once)."""
+        return GraphStats(self.name, self.device, self.live, failed_passes=self.failed_passes)
+
     def summary(self) -> dict[str, Any]:
         """Counters, plus ``pool_bytes``: what the graph's pools hold now (shared pools whole)."""
+        live = self.live()
+        pools, keys = live.get("pools", {}), live.get("keys", {})
         return {
             "name": self.name,
             "device": self.device,
@@ -104,12 +97,12 @@ class GraphStats:
             "failed_calls": dict(self.failed_calls),
             "failed_passes": dict(self.failed_passes),
             "capture_seconds": round(self.capture_seconds, 6),
-            "static_kernels": dict(self.static_kernels),
-            "key_specialisation": dict(self.key_specialisation),
-            "live_keys": len(self.keys),
-            "pool_bytes": sum(self.pools().values()),
-            "pools": len(self.pools()),
-            "keys": {label: dict(info) for label, info in self.keys.items()},
+            "static_kernels": dict(live.get("static_kernels", {})),
+            "key_specialisation": dict(live.get("key_specialisation", {})),
+            "live_keys": len(keys),
+            "pool_bytes": sum(pools.values()),
+            "pools": len(pools),
+            "keys": keys,
         }
 
 
@@ -145,7 +138,7 @@ def stats() -> dict[str, Any]:
     totals["failed_passes"] = sum(sum(g["failed_passes"].values()) for g in graphs)
     pools: dict[int, int] = {}
     for manager in managers:
-        pools.update(manager.stats.pools())
+        pools.update(manager.pool_bytes())
     totals["pool_bytes"] = sum(pools.values())
     return {"graphs": graphs, "totals": totals}
 
@@ -153,11 +146,25 @@ def stats() -> dict[str, Any]:
 def reset_stats() -> None:
     """Zero the counters of every live graph (captures stay; only the counts restart)."""
     for manager in list(LIVE_GRAPHS.values()):
-        old = manager.stats
-        manager.stats = GraphStats(
-            name=old.name,
-            device=old.device,
-            pools=old.pools,
-            failed_passes=old.failed_passes,
-            keys={label: {**info, "replays": 0} for label, info in old.keys.items()},
-        )
+        manager.restart_counts()
+
+
+def key_info(entry: Any) -> dict[str, Any]:
+    """What ``stats()`` shows of a live key."""
+    graph = entry.graph
+    return {"replays": entry.replays, "kernels": graph.kernel_count, "pool_bytes": graph.pool_bytes}
+
+
+def live_view(manager: Any) -> Callable[[], dict[str, Any]]:
+    """What the manager holds now (``GraphStats.live``), without keeping it alive from its own
+    stats."""
+    ref = weakref.ref(manager)
+
+    def live() -> dict[str, Any]:
+        held = ref()
+        if held is None:
+            return {}
+        keys = {entry.label: key_info(entry) for entry in held.entries.values()}
+        return {"keys": keys, "pools": held.pool_bytes(), **held.programs.counts}
+
+    return live

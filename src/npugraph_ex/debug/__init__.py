@@ -1,20 +1,16 @@
-"""Debugging aids any stage may import; ``npugraph_ex.debug.bisect`` and
-``npugraph_ex.debug.compare_dumps`` are the accuracy tools (loaded on first use)."""
+"""Leaf helpers any stage may import: log once, a node's source line, profiling ranges, graph and
+tensor dumps, the compile debug folder. They import nothing above ``config``; the accuracy tools
+built on the whole stack are ``npugraph_ex.tools``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-__all__ = ["bisect", "compare_dumps"]
+MOVED = {"bisect": "npugraph_ex.tools.bisect", "compare_dumps": "npugraph_ex.tools.compare_dumps"}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "bisect":
-        from npugraph_ex.debug.bisection import bisect
-
-        return bisect
-    if name == "compare_dumps":
-        from npugraph_ex.debug.compare import compare_dumps
-
-        return compare_dumps
+def __getattr__(name: str) -> object:
+    if name in MOVED:
+        raise AttributeError(
+            f"npugraph_ex.debug has no {name!r}: it is {MOVED[name]} "
+            f"(from npugraph_ex.tools import {name})"
+        )
     raise AttributeError(f"module 'npugraph_ex.debug' has no attribute {name!r}")

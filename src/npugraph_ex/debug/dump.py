@@ -19,7 +19,6 @@ import torch
 import torch.fx
 
 from npugraph_ex.config import Config
-from npugraph_ex.debug.calls import parse_calls
 from npugraph_ex.debug.dump_files import (
     DumpedNode,
     DumpIndex,
@@ -30,7 +29,7 @@ from npugraph_ex.debug.dump_files import (
 )
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.debug.source import source_line
-from npugraph_ex.runtime.base import as_output_list
+from npugraph_ex.option_checks import parse_calls
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +187,8 @@ def dumping_original(
         if dump is None:
             return call(args)
         try:
-            return as_output_list(dump.run_graph(original, args, "eager"))
+            outputs = dump.run_graph(original, args, "eager")
+            return [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         finally:
             dump.finish()
 

@@ -1,8 +1,9 @@
 """Decompositions applied before Inductor lowers a key's graph (``static_kernel_compile``).
 
-Inductor's own table, plus one rule for CPU: a matrix product of a few rows (the linear layers of
-a decode step with a batch of up to ``MAX_ROWS``) becomes a multiply-and-sum, which Inductor
-generates as one vectorised reduction over the weight's contiguous rows:
+Inductor's own table, plus the forms of matrix products the platform of the graph's device lists
+(``Platform.static_kernel_products``; on CPU, ``runtime/cpu/platform.py``). A matrix product of a
+few rows (the linear layers of a decode step with a small batch) becomes a multiply-and-sum,
+which Inductor generates as one vectorised reduction over the weight's contiguous rows:
 
     before: mm(x, permute(w))                                   # x: [M, K], w: [N, K]
     after:  sum(unsqueeze(x, 2) * unsqueeze(permute(w), 0), 1)  # [M, N]
@@ -13,12 +14,12 @@ reduction against ATen's and Inductor's ``mm`` by row count: on the reference ma
 reduction is 3.8x faster than ATen's ``mm`` at one row, 2.4x at 8, 1.4x at 20 and even at 36, so
 the rule stops at 8, well inside the range where it wins. Where ATen's ``mm`` already reads the
 weight at about the speed of a plain reduction, the rule buys nothing: it applies on hosts where
-a measurement says it pays (``host_probes.reduction_pays``, once per process).
+a measurement says it pays (``runtime/cpu/probes.py``, once per process).
 Inductor itself decomposes only dot products (one row times one column) on CPU.
 
 The other products by a linear layer's weight go through oneDNN's linear kernel where the
-default path's pattern would take them (``passes/patterns/onednn_linear.py``: its rows, weight
-size and host probe); Inductor calls it as an extern kernel (``static_compile``).
+default path's pattern would take them (``passes/patterns/onednn_linear.py``, which asks the
+platform); Inductor calls it as an extern kernel (``static_compile``).
 """
 
 from __future__ import annotations
@@ -27,24 +28,21 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.host_probes import reduction_pays
 from npugraph_ex.passes.patterns import onednn_linear
+from npugraph_ex.runtime.platform import ONEDNN_LINEAR, REDUCTION, Product, platform_for
 
 aten = torch.ops.aten
 
-MAX_ROWS = 8
-"""Most rows a product may have to become a reduction."""
-
 
 def few_rows_times_matrix(x: torch.Tensor, w: torch.Tensor) -> Any:
-    """``x @ w`` for ``x`` of at most ``MAX_ROWS`` rows on CPU as a reduction; else
-    NotImplemented (Inductor's own decomposition or ATen's ``mm`` then applies)."""
-    if x.device.type != "cpu" or x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
+    """``x @ w`` as a reduction, for a 2-d ``x`` and a ``w`` of more than one column and of
+    ``x``'s dtype, where the platform of ``x``'s device says it pays
+    (``Platform.reduction_pays``: on CPU, few rows of float32 or float64); else NotImplemented
+    (ATen's ``mm`` then applies)."""
+    if x.dim() != 2 or w.dim() != 2 or w.shape[1] == 1 or x.dtype != w.dtype:
         return NotImplemented
-    if w.shape[1] == 1:
-        return NotImplemented
-    # Half-precision products would round before the sum; ATen's kernels accumulate in fp32.
-    if x.dtype != w.dtype or x.dtype not in (torch.float32, torch.float64):
+    product = Product(x.shape[0], w.shape[1], w.shape[0], x.dtype)
+    if not platform_for(x.device.type).reduction_pays(product):
         return NotImplemented
     return torch.sum(x.unsqueeze(2) * w.unsqueeze(0), dim=1)
 
@@ -52,7 +50,7 @@ def few_rows_times_matrix(x: torch.Tensor, w: torch.Tensor) -> Any:
 def few_rows_times_matrix_plus(
     bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, beta: Any = 1, alpha: Any = 1
 ) -> Any:
-    """``addmm`` with ``x`` of few rows on CPU, as ``few_rows_times_matrix`` plus the bias."""
+    """``addmm`` as ``few_rows_times_matrix`` plus the bias."""
     product = few_rows_times_matrix(x, w)
     if product is NotImplemented:
         return NotImplemented
@@ -94,22 +92,26 @@ def first_of(*rules: Any) -> Any:
     return decompose
 
 
+PRODUCT_FORMS = {
+    REDUCTION: (few_rows_times_matrix, few_rows_times_matrix_plus),
+    ONEDNN_LINEAR: (times_weight_through_onednn, times_weight_plus_through_onednn),
+}
+"""Each form ``Platform.static_kernel_products`` may name: its rules for ``mm`` and ``addmm``."""
+
+
 def static_kernel_decompositions(device_type: str = "cpu") -> dict[Any, Any]:
-    """Inductor's decomposition table, with the matrix products of CPU graphs added: few rows
-    as reductions on a host where a measurement says they pay (``host_probes.reduction_pays``),
-    other products by a weight through oneDNN where ``onednn_linear`` takes them."""
+    """Inductor's decomposition table, with the forms of matrix products the platform of
+    ``device_type`` lists, tried in its order (on CPU: few rows as reductions on a host where a
+    measurement says they pay, other products by a weight through oneDNN where
+    ``onednn_linear`` takes them)."""
     from torch._inductor.decomposition import select_decomp_table
 
     table = select_decomp_table()
-    if device_type != "cpu":
+    forms = [PRODUCT_FORMS[form] for form in platform_for(device_type).static_kernel_products()]
+    if not forms:
         return table
-    products = [times_weight_through_onednn]
-    products_plus = [times_weight_plus_through_onednn]
-    if reduction_pays():
-        products.insert(0, few_rows_times_matrix)
-        products_plus.insert(0, few_rows_times_matrix_plus)
     return {
         **table,
-        aten.mm.default: first_of(*products),
-        aten.addmm.default: first_of(*products_plus),
+        aten.mm.default: first_of(*(products for products, _ in forms)),
+        aten.addmm.default: first_of(*(products_plus for _, products_plus in forms)),
     }

@@ -8,9 +8,9 @@ and ints (every symbol becomes a constant), decomposed as Inductor expects:
     before: mm(view(x, [s0, 256]), w)            # s0 symbolic
     after:  mm(view(x, [7, 256]), w)             # this key: s0 == 7
 
-and lowers it through Inductor (C++ with ``cpp_wrapper`` on CPU, Triton on CUDA). The device
-runtime then captures those kernels (CUDA, NPU) or calls them (CPU, where fused C++ kernels are
-invisible to a dispatch-level recording).
+and lowers it through Inductor (C++ with ``cpp_wrapper`` where the device's platform says so, as
+the CPU's does; Triton on CUDA). The device runtime then captures those kernels (CUDA, NPU) or
+calls them (CPU, where fused C++ kernels are invisible to a dispatch-level recording).
 
 Kernel artifacts go to Inductor's FX graph cache (``TORCHINDUCTOR_CACHE_DIR``), so a later process
 compiling the same graph for the same shapes loads them instead of compiling;
@@ -30,6 +30,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.kernels.decompositions import static_kernel_decompositions
 from npugraph_ex.passes.patterns.onednn_linear import LINEAR
+from npugraph_ex.runtime.platform import platform_for
 from npugraph_ex.scope.ops import scopes_in
 
 CompiledKernels = Callable[..., Any]
@@ -104,12 +105,12 @@ class StaticKernelCompiler:
             return compile_fx_inner(
                 static_gm,
                 fake_args,
-                cpp_wrapper=self.device_type == "cpu",
+                cpp_wrapper=platform_for(self.device_type).cpp_wrapper(),
                 is_inference=True,
             )
 
     def inductor_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"cpp_wrapper": self.device_type == "cpu"}
+        options: dict[str, Any] = {"cpp_wrapper": platform_for(self.device_type).cpp_wrapper()}
         if not self.use_cache:
             options.update(fx_graph_cache=False, force_disable_caches=True)
         return options

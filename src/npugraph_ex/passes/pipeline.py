@@ -4,9 +4,10 @@ PyTorch's own stream regions turned into stream blocks first (so that every late
 user's included, sees the blocks and no fusion crosses them), custom pre pass, the common
 optimisations, custom post pass, then the clean-up the capture relies
 on, the re-inplacing passes, the plan of where lanes wait for stream blocks (after every pass
-that writes in place, so it sees every write), and last the split of data ints to the host (it
-changes the graph's inputs and outputs, so nothing may run after it). Each built-in optimisation
-runs behind the option of its name.
+that writes in place, so it sees every write), the copies of host scalar inputs made
+non-blocking (after every pass that could add or drop a copy), and last the split of data ints to
+the host (it changes the graph's inputs and outputs, so nothing may run after it). Each built-in
+optimisation runs behind the option of its name.
 
 With ``static_kernel_compile`` the graph goes on to Inductor, which removes cats, plans memory
 and re-inplaces itself; the capture-only passes are skipped there: the ``out=`` and in-place
@@ -29,6 +30,7 @@ from npugraph_ex.passes.reinplace_inputs import reinplace_inputs
 from npugraph_ex.passes.remove_cat import remove_cat_ops
 from npugraph_ex.passes.remove_noop import remove_noop_ops
 from npugraph_ex.passes.split_host_ints import split_host_ints_pass
+from npugraph_ex.passes.unblock_host_copies import unblock_host_copies
 
 
 def for_capture(option: str) -> Callable[[Config], bool]:
@@ -61,5 +63,7 @@ PIPELINE: tuple[GraphPass, ...] = (
     GraphPass(
         "plan_streams", plan_streams, enabled=lambda config: not config.static_kernel_compile
     ),
+    GraphPass("unblock_host_copies", unblock_host_copies),
+    # Last: it changes the graph's inputs, which every pass before it reads as example_inputs.
     GraphPass("split_host_ints", split_host_ints_pass),
 )

@@ -4,10 +4,11 @@ A runtime knows how to turn "call this function on these static inputs" into a g
 re-runs the same kernels into the same memory. Everything else (graph keys, static inputs, limits,
 fallbacks, counters) is device-independent policy and lives in ``npugraph_ex.capture``.
 
-Invariant shared by every runtime: after ``capture(fn, args)`` the returned graph's ``outputs`` are
-tensors in memory owned by the graph (or its pool); each ``replay()`` recomputes them in place
-from whatever the tensors in ``args`` hold at that moment and returns them for the caller.
-``args`` must stay alive and at the same addresses for the graph's whole life.
+Invariant shared by every runtime: ``capture(program, args, pool)`` returns the graph and the
+capturing call's outputs; the graph's ``outputs`` are tensors in memory owned by the graph (or its
+pool); each ``replay()`` recomputes them in place from whatever the tensors in ``args`` hold at
+that moment and returns them for the caller. ``args`` must stay alive and at the same addresses
+for the graph's whole life.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,14 +27,30 @@ def as_output_list(result: Any) -> list[Any]:
     return [result] if isinstance(result, torch.Tensor) else list(result)
 
 
+@dataclass(frozen=True)
+class Program:
+    """What to capture for one key, as the compiler decides it: a function of the key's static
+    inputs, and which kind of function it is.
+
+    ``kind``: ``"graph"``, ATen kernels (the optimised graph, or its specialisation for the key's
+    sizes); ``"watched"``, the optimised graph (an FX ``GraphModule``) run so that a replay can
+    be read node by node (tensor dumps; runtimes that cannot, capture it as a graph);
+    ``"kernels"``, compiled kernels (``static_kernel_compile``), which a runtime recording ATen
+    kernels keeps as one call.
+    """
+
+    fn: Callable[..., Any]
+    kind: str = "graph"
+    capture_error_mode: str = "global"
+    disabled_steps: frozenset[str] = frozenset()
+    """Names of the runtime's build steps to skip (``disabled_build_steps``)."""
+
+
 class CapturedGraph(ABC):
     """One captured graph: fixed inputs in, fixed outputs out."""
 
     outputs: list[Any]
     """The graph's own outputs; replay rewrites them in place."""
-
-    capture_outputs: list[Any] | None = None
-    """Where capturing executes: the capturing call's results, for that call to return."""
 
     @abstractmethod
     def replay(self) -> list[Any]:
@@ -53,22 +71,19 @@ class CapturedGraph(ABC):
         return None
 
 
+@dataclass(frozen=True)
+class Capture:
+    """What a capture returns: the graph, and the outputs the capturing call returns."""
+
+    graph: CapturedGraph
+    outputs: list[Any]
+
+
 class DeviceRuntime(ABC):
     """Captures and replays graphs on one device type."""
 
     name: str
     """Device type, as in ``torch.device(name)``."""
-
-    capture_executes: bool
-    """True when capturing also computes the outputs (so the capturing call needs no replay)."""
-
-    limits_cores: bool = False
-    """True when a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the ops
-    inside run on fewer cores; elsewhere the scope only bounds the passes."""
-
-    replays_watched: bool = False
-    """True when ``capture`` given a ``WatchedRun`` returns a graph whose ``replay_watched``
-    reads every node's value during a replay (for tensor dumps of replayed calls)."""
 
     @abstractmethod
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
@@ -76,38 +91,15 @@ class DeviceRuntime(ABC):
 
     @abstractmethod
     def capture(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CapturedGraph:
-        """Capture ``fn(*args)`` into a graph drawing memory from ``pool``.
+        self, program: Program, args: Sequence[Any], pool: Any, owned_inputs: Sequence[int] = ()
+    ) -> Capture:
+        """Capture ``program`` run on ``args`` into a graph drawing memory from ``pool``.
 
         ``owned_inputs``: indices of ``args`` that are the graph's own input buffers (the caller's
         values are copied into them before each replay): a runtime may move them into ``pool``,
-        where they share bytes with other captures, as intermediates do.
+        where they share bytes with other captures, as intermediates do. A capture that fails
+        may have run part of the program: the caller undoes its writes.
         """
-
-    def capture_compiled(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CapturedGraph:
-        """Capture ``fn(*args)``, a call of compiled kernels (``static_kernel_compile``).
-
-        Device graphs record compiled kernels like any others; a runtime that records at another
-        level (the CPU engine records ATen calls) overrides this.
-        """
-        return self.capture(
-            fn, args, pool=pool, capture_error_mode=capture_error_mode, owned_inputs=owned_inputs
-        )
 
     @abstractmethod
     def new_pool(self) -> Any:

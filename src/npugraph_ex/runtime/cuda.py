@@ -28,8 +28,15 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.base import CapturedGraph, DeviceRuntime, as_output_list
+from npugraph_ex.runtime.base import (
+    Capture,
+    CapturedGraph,
+    DeviceRuntime,
+    Program,
+    as_output_list,
+)
 from npugraph_ex.runtime.output_copies import private_copies
+from npugraph_ex.runtime.platform import Platform
 from npugraph_ex.scope.router import routing
 
 
@@ -105,8 +112,6 @@ class SideStreams:
 class StreamGraphRuntime(DeviceRuntime):
     """Capture and replay through a ``torch.<device>`` module with the CUDA graph API."""
 
-    capture_executes = False
-
     def __init__(self, module: Any, graph_class: Any, graph_context: Any):
         self.module = module
         self.graph_class = graph_class
@@ -129,13 +134,15 @@ class StreamGraphRuntime(DeviceRuntime):
         self.module.current_stream().wait_stream(side)
 
     def capture(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
+        self, program: Program, args: Sequence[Any], pool: Any, owned_inputs: Sequence[int] = ()
+    ) -> Capture:
+        """Any program (ATen kernels, compiled kernels; a watched one is captured as a graph).
+        Capturing executes nothing, so the capturing call replays once."""
+        graph = self.record(program.fn, args, pool, program.capture_error_mode)
+        return Capture(graph, graph.replay())
+
+    def record(
+        self, fn: Callable[..., Any], args: Sequence[Any], pool: Any, capture_error_mode: str
     ) -> DeviceGraph:
         # pool_bytes: what the capture newly reserved (its own pool, or growth of a shared one)
         self.module.synchronize()
@@ -188,3 +195,16 @@ class CudaRuntime(StreamGraphRuntime):
 
     def __init__(self) -> None:
         super().__init__(torch.cuda, torch.cuda.CUDAGraph, torch.cuda.graph)
+
+
+class CudaPlatform(Platform):
+    """The fused kernels that pay on a GPU (written-out attention to
+    ``scaled_dot_product_attention``, RMSNorm to ``aten._fused_rms_norm`` where this PyTorch has
+    a CUDA kernel of it); no product rewrite (measured on CPU hosts only); keys run the graph as
+    compiled."""
+
+    device_type = "cuda"
+    dispatch_key = "CUDA"
+
+    def fused_kernels(self) -> frozenset[str]:
+        return self.kernels_present()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from npugraph_ex.runtime.cuda import StreamGraphRuntime
+from npugraph_ex.runtime.platform import Platform
 
 
 class NpuRuntime(StreamGraphRuntime):
@@ -20,3 +21,14 @@ class NpuRuntime(StreamGraphRuntime):
         import torch
 
         super().__init__(torch.npu, torch.npu.NPUGraph, torch.npu.graph)
+
+
+class NpuPlatform(Platform):
+    """The fused kernels ``torch_npu`` registers (under ``PrivateUse1``); every other answer the
+    default. Asking imports nothing of ``torch_npu``."""
+
+    device_type = "npu"
+    dispatch_key = "PrivateUse1"
+
+    def fused_kernels(self) -> frozenset[str]:
+        return self.kernels_present()

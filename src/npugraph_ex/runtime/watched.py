@@ -18,12 +18,12 @@ WatchPoint = tuple[int, torch.fx.Node, Any]
 class WatchedRun:
     """Callable like the graph; runs it node by node and records a :data:`WatchPoint` per node.
 
-    ``clock`` counts the kernels run so far; the runtime capturing the run sets it.
+    ``clock`` counts the kernels run so far (the recorder capturing the run knows).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, clock: Callable[[], int]):
         self.gm = gm
-        self.clock: Callable[[], int] = lambda: 0
+        self.clock = clock
         self.points: list[WatchPoint] = []
 
     def __call__(self, *args: Any) -> Any:

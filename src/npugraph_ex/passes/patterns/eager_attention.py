@@ -13,7 +13,8 @@ then the padding mask transformers adds under torch 2.11 and skips under 2.13) b
 their sum.
 Applied where the kernel computes what the ops did (``fusable``): to float32 graphs; not to
 half-precision ones whose softmax runs in half precision, numbers or bool tensors added as a
-mask, masks of another dtype, or products that broadcast the batch.
+mask, masks of another dtype, or products that broadcast the batch; and on devices whose platform
+lists the fused kernel (``Platform.fused_kernels``: CPU, CUDA, NPU).
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
 float32 values, measured against eager in the tests); dropout must be off (``training=False``),
 which is how the graph reaches this pass in inference.
@@ -35,6 +36,7 @@ from npugraph_ex.passes.patterns.checks import (
     same_shape,
 )
 from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
+from npugraph_ex.runtime.platform import SDPA, platform_for
 
 DTYPES = (torch.float32,)
 """The patterns are traced in float32, where the softmax's float32 cast is not in the graph: in a
@@ -124,7 +126,8 @@ def fusable(match: Any) -> bool:
     length and head count, the query heads a multiple of the key heads; each additive term
     (``mask``, ``bias``) is a tensor of the query's dtype and device (the add would promote to a
     float64 mask's dtype, or add a bool one as 0 and 1, where the kernel reads a bool mask as
-    "keep") that broadcasts to the scores' shape without growing it.
+    "keep") that broadcasts to the scores' shape without growing it; and the platform of their
+    device lists the fused kernel.
     """
     tensors = bound_tensors(match, "q", "k", "v")
     if tensors is None:
@@ -150,7 +153,7 @@ def fusable(match: Any) -> bool:
             and broadcasts_to(term.shape, scores)
         ):
             return False
-    return True
+    return SDPA in platform_for(q.device.type).fused_kernels()
 
 
 def register() -> None:

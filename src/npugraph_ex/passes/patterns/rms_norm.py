@@ -10,8 +10,10 @@ where the kernel would compute something else: a weight that is a number, of ano
 device, or that broadcasts over more than the last dim; an eps that is not a number; a
 half-precision norm written without the float32 casts.
 
-Applied only where the installed PyTorch has a fused kernel for the graph's device (CUDA has one):
-on CPU, ``_fused_rms_norm`` is the same six kernels behind one name, so the graph is left as is.
+Applied only where the platform of the graph's device lists the fused kernel
+(``Platform.fused_kernels``: CUDA's and the NPU's where the installed PyTorch has a kernel of it
+for the device; on CPU, ``_fused_rms_norm`` is the same six kernels behind one name, so the graph
+is left as is).
 
 Tolerance: float32, within 1e-6 relative (the kernel sums the squares in another order);
 bfloat16/float16, within one unit in the last place of the output, because the kernel rounds
@@ -26,13 +28,10 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
+from npugraph_ex.runtime.platform import FUSED_RMS_NORM, platform_for
 
-FUSED = "aten::_fused_rms_norm"
 EPS = 1e-6
 LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1", "xpu": "XPU", "mps": "MPS"}
-"""The dispatch key whose kernels run tensors of each device type."""
 
 
 def normalised(h, eps):  # noqa: ANN001, ANN201
@@ -52,9 +51,8 @@ def fused(x, w, eps):  # noqa: ANN001, ANN201
 
 
 def has_fused_kernel(device: torch.device) -> bool:
-    """Whether the installed PyTorch runs ``_fused_rms_norm`` on ``device`` as one kernel."""
-    key = BACKEND_KEYS.get(device.type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(FUSED, key)
+    """Whether ``_fused_rms_norm`` runs as one kernel on ``device``, as its platform says."""
+    return FUSED_RMS_NORM in platform_for(device.type).fused_kernels()
 
 
 def fusable(match: Any, traced: torch.dtype = torch.float32) -> bool:

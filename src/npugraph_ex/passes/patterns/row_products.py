@@ -18,14 +18,15 @@ the same way, its bias added inside the batched product, as ``addmm`` adds it in
             (then the same reshape as above)
 
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
-1.25x (``docs/notes.md``; measured with 2 threads, the only count tried). Applied to
-float32 CPU graphs with more than one intra-op thread, where the row count is a constant up to
-``MAX_ROWS``, the weight has at least ``MIN_WEIGHT_ELEMENTS`` and its rows divide evenly, on a
-host where a measurement says the split pays (``host_probes``: once per process); the block
-count is fixed when the graph is compiled. Where the row count is symbolic (``dynamic=True``),
-each captured key whose sizes give few enough rows gets the same split at capture
-(``split_of``, ``capture/key_shapes.py``). Not applied with ``static_kernel_compile``,
-whose own decomposition of few-row products into reductions is faster still.
+1.25x (``docs/notes.md``; measured with 2 threads, the only count tried). Applied where the
+row count is a constant, the weight is contiguous and its rows divide into at least two blocks,
+and the platform of the tensors' device says the split pays (``Platform.split_pays``; the CPU
+answers in ``runtime/cpu/platform.py``: float32, few rows, a weight large enough, on a host where
+a measurement says so); the block count is fixed when the graph is compiled. Where the
+row count is symbolic (``dynamic=True``), each captured key whose sizes give few enough rows gets
+the same split at capture (``split_of``, ``capture/key_shapes.py``). Not applied with
+``static_kernel_compile``, whose own decomposition of few-row products into reductions is faster
+still.
 
 Tolerance: each output is the same dot product summed by another kernel, which may order the
 additions differently (max |diff| 5.7e-7 to 7.8e-7 on the tiny Qwen3's logits; 4.8e-7 on the
@@ -40,24 +41,9 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.host_probes import split_pays
 from npugraph_ex.passes.graph_facts import core_cap_at
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_bias_per_row, one_kind
-
-MIN_WEIGHT_ELEMENTS = 32 * 1024
-"""Smallest weight split (128 KiB of float32). Waking the other threads costs a few microseconds,
-which a small product does not win back when its weight is in the CPU caches: ``python
-benchmarks/split_by_weight_size.py --evict-mb 0`` times 29 one-row products per shape, split
-against ``mm``, at 0.54x-0.66x (4K elements), 0.82x-0.85x (16K), 0.78x-1.00x (32K), 1.15x-1.21x
-(64K), 2.5x-4x (128K and more). Streamed from memory (the default ``--evict-mb 64``), as the
-layers of a model larger than the caches are, the split wins from 16K elements on (1.6x; 1.9x-2.05x
-at 32K). On whole decode steps (``--decode``): the micro Qwen3 (0.56 MB of weights, all cached)
-ran at 2.01x eager with every product split, 2.06x from 32K elements (its output head only), 2.18x
-with none; the tiny Qwen3 at 2.54x from 32K, 2.30x from 64K (k and v left unsplit)."""
-
-MAX_ROWS = 8
-"""Most rows split: ``python benchmarks/few_row_products.py --rows 1 4 8 16 32`` times the tiny
-Qwen3's 29 products split against ``mm`` at 2.67x (1 row), 2.66x (4), 1.23x (8), 0.98x (16)."""
+from npugraph_ex.runtime.platform import Product, platform_for
 
 
 def parts_for(rows: int) -> int:
@@ -115,23 +101,20 @@ def splittable(match: Any) -> bool:
 
 
 def splits(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """A float32 CPU product (both operands tensors on one device) of at most ``MAX_ROWS`` rows
-    (a constant, not a symbolic size) by a contiguous weight of at least ``MIN_WEIGHT_ELEMENTS``
-    whose rows split into at least two blocks, on a host where the split pays
-    (``host_probes``)."""
-    rows = w.shape[0]
-    return (
-        x.device.type == "cpu"
-        and one_kind([x, w], (torch.float32,))
-        and isinstance(x.shape[0], int)
-        and 1 <= x.shape[0] <= MAX_ROWS
+    """A product of both operands of one dtype and device, a constant row count (not a symbolic
+    size) and a contiguous weight of constant size, where the platform of their device says the
+    split into ``parts_for`` blocks pays (``Platform.split_pays``)."""
+    count, (rows, depth) = x.shape[0], w.shape
+    if not (
+        one_kind([x, w], None)
+        and isinstance(count, int)
         and isinstance(rows, int)
+        and isinstance(depth, int)
         and w.is_contiguous()
-        and isinstance(w.shape[1], int)
-        and w.numel() >= MIN_WEIGHT_ELEMENTS
-        and parts_for(rows) > 1
-        and split_pays()
-    )
+    ):
+        return False
+    product = Product(count, rows, depth, x.dtype)
+    return platform_for(x.device.type).split_pays(product, parts_for(rows))
 
 
 def splittable_with_bias(match: Any) -> bool:

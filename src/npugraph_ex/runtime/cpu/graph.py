@@ -2,117 +2,73 @@
 
 Capture runs the graph once under a dispatch mode that sees every ATen kernel with the exact
 tensors it reads and writes, and keeps every tensor object it produces (their storages are
-told apart by identity, and their bytes freed once dead: ``release``). The storages the
-kernels allocated then move into a pool, where tensors that are never live together share bytes
-(``memory``, ``pool``). Replay re-issues the
-planned steps (see ``steps``) into that memory: no allocation for kernels with an ``out=``
-overload, no view recomputation, no FX interpretation: one generated function below autograd
-(``program``). Steps whose results depend on the key's sizes alone ran at capture and are
-not replayed (``constants``).
+told apart by identity, and their bytes freed once dead: ``release``). The build (``build``)
+then turns the record into one program: the storages the kernels allocated move into a pool,
+where tensors that are never live together share bytes (``memory``, ``pool``), and the steps
+(see ``steps``) are re-issued into that memory on replay: no allocation for kernels with an
+``out=`` overload, no view recomputation, no FX interpretation: one generated function below
+autograd (``program``). Steps whose results depend on the key's sizes alone ran at capture and
+are not replayed (``constants``).
 """
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._ops import OpOverload
 
 from npugraph_ex.runtime.base import CapturedGraph
-from npugraph_ex.runtime.cpu.bindings import fastest_call
-from npugraph_ex.runtime.cpu.constants import Constants
-from npugraph_ex.runtime.cpu.lanes import (
-    LaneProgram,
-    keep_block_memory,
-)
-from npugraph_ex.runtime.cpu.memory import MemoryPlan, plan_memory, storage_keys, tensors_in
-from npugraph_ex.runtime.cpu.pool import CpuPool
-from npugraph_ex.runtime.cpu.program import steps_of, straight_line
-from npugraph_ex.runtime.cpu.recorder import KernelRecorder
+from npugraph_ex.runtime.cpu.build import Program
+from npugraph_ex.runtime.cpu.pool import PlacedCapture
+from npugraph_ex.runtime.cpu.program import steps_of
 from npugraph_ex.runtime.cpu.steps import Step
-from npugraph_ex.runtime.cpu.views import share_equal_views
-from npugraph_ex.runtime.watched import WatchPoint
+
+RELEASED = Program(
+    replay=lambda: None,
+    outputs=[],
+    placed=None,
+    step_names=[],
+    step_kinds=Counter(),
+    kept_steps=None,
+    watched=[],
+    constant_bytes=0,
+    pool_bytes=0,
+    unplaced=None,
+)
+"""What a released graph holds: nothing."""
 
 
 class CpuGraph(CapturedGraph):
-    """The recorded steps of one capture, with the memory they write.
+    """One key's program (``build.Program``) and the memory it runs in."""
 
-    With a pool, the storages the capture allocated are moved into it (see ``memory`` and
-    ``pool``); without one each keeps the storage it was captured in.
-    """
+    def __init__(self, program: Program):
+        self.program = program
 
-    def __init__(
-        self,
-        recorder: KernelRecorder,
-        outputs: list[Any],
-        inputs: Any,
-        pool: CpuPool | None,
-        owned_inputs: Sequence[torch.Tensor] = (),
-        watched: Sequence[WatchPoint] = (),
-        fold_constants: bool = True,
-    ):
-        concurrent = recorder.step_kinds["join"] > 0
-        released = recorder.releaser.released if recorder.releaser else {}
-        input_keys, owned_keys = storage_keys(inputs), storage_keys(owned_inputs)
-        constants = (
-            Constants.of(recorder, input_keys | owned_keys | storage_keys(outputs), released)
-            if fold_constants and pool is not None and not watched
-            else Constants.none()
-        )
-        recorded = constants.others(recorder.steps)
-        lanes = constants.others(recorder.step_lanes)
-        steps = [
-            (fastest_call(fn, args, kwargs) if isinstance(fn, OpOverload) else fn, args, kwargs)
-            for fn, args, kwargs in recorded
-        ]
-        self.step_count = len(steps)
-        self.step_names = [
-            sys.intern(str(fn) if isinstance(fn, OpOverload) else fn.__qualname__)
-            for fn, _, _ in recorded
-        ]
-        """What each step runs: its ATen overload, or ``compute_and_copy[op]``."""
-        self.replay_steps = (
-            LaneProgram(steps, lanes, recorder.lanes.tags) if concurrent else straight_line(steps)
-        )
-        """The steps as one generated function (``program``), or, with stream blocks
-        planned, as a main path handing blocks to workers (``lanes``): what a replay
-        calls."""
-        self.step_kinds = recorder.step_kinds + Counter(constant=constants.count)
-        """How many steps run through an ``out=`` overload, in place, or compute-and-copy, and
-        how many ran once at capture (``constant``)."""
-        self.outputs = outputs
-        # Owned input buffers are planned like intermediates live from before the first step
-        # (the caller's values are copied in before a replay starts).
-        movable = (recorder.allocated | owned_keys) - input_keys
-        # An owned input an output views stays where it is: as an output storage it would move
-        # between slots, and another key's replay would take it while the key still refreshes it.
-        movable -= owned_keys & storage_keys(outputs)
-        movable -= constants.storages
-        step_tensors = [tensors_in((a, k)) for _, a, k in steps]
-        if concurrent:
-            keep_block_memory(steps, lanes, step_tensors)
-        for ready, _, value in watched if steps else ():
-            step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
-        self.watched = list(watched)
-        """Each node's value and the steps after which it is complete (a watched capture)."""
-        self.kept_steps = steps if concurrent or watched else None
-        """The step list, kept where a replay walks it; else read back when asked (``steps``)."""
-        plan = plan_memory(step_tensors, outputs, movable, owned_inputs, released)
-        self.placed = pool.place(plan) if pool is not None else None
-        if self.placed is not None and self.kept_steps is None:
-            # The outputs' storages are the ones whose views a key switch re-points.
-            share_equal_views(self.replay_steps, pool.arena, storage_keys(outputs))
-        self.unplaced = None if pool is not None else recorder.produced
-        """Without a pool, what keeps the capture's storages alive."""
-        self._pool_bytes = self.placed.nbytes if self.placed else unpooled_bytes(plan)
-        self.constant_bytes = constants.nbytes
-        """Bytes of the constant steps' results a replay reads (``constants``), kept for
-        this key alone; counted in ``pool_bytes``."""
-        self._pool_bytes += self.constant_bytes
-        self.capture_outputs = caller_aliases(outputs)
+    @property
+    def outputs(self) -> list[Any]:  # type: ignore[override]
+        return self.program.outputs
+
+    @property
+    def placed(self) -> PlacedCapture | None:
+        return self.program.placed
+
+    @property
+    def step_names(self) -> list[str]:
+        return self.program.step_names
+
+    @property
+    def step_kinds(self) -> Counter[str]:
+        return self.program.step_kinds
+
+    @property
+    def constant_bytes(self) -> int:
+        return self.program.constant_bytes
+
+    @property
+    def replay_steps(self) -> Callable[[], None]:
+        return self.program.replay
 
     def replay(self) -> list[Any]:
         return self.run_in_place(self.run_steps)
@@ -125,24 +81,25 @@ class CpuGraph(CapturedGraph):
     def run_in_place(self, run: Callable[[], None]) -> list[Any]:
         """``run()`` the steps in this capture's memory (entered in its pool, under the pool's
         lock); the outputs, for the caller."""
-        if self.placed is None:
+        placed = self.program.placed
+        if placed is None:
             run()
-            return caller_aliases(self.outputs)
-        with self.placed.pool.lock:
-            self.placed.enter()
+            return caller_aliases(self.program.outputs)
+        with placed.pool.lock:
+            placed.enter()
             run()
             # Aliases made under the lock: another key's replay sees them as held.
-            return caller_aliases(self.outputs)
+            return caller_aliases(self.program.outputs)
 
     @property
     def steps(self) -> list[Step]:
         """Every step a replay runs, in order: ``(fn, args, kwargs)``."""
-        if self.kept_steps is not None:
-            return self.kept_steps
-        return steps_of(self.replay_steps)
+        if self.program.kept_steps is not None:
+            return self.program.kept_steps
+        return steps_of(self.program.replay)
 
     def run_steps_watched(self, visit: Callable[[torch.fx.Node, Any], None]) -> None:
-        points = sorted(self.watched, key=lambda point: point[0])
+        points = sorted(self.program.watched, key=lambda point: point[0])
         steps = self.steps
         done = 0
         for count in range(len(steps) + 1):
@@ -157,28 +114,20 @@ class CpuGraph(CapturedGraph):
     def run_steps(self) -> None:
         # Below autograd: replay is inference-only and every tensor is already in place.
         with torch._C._AutoDispatchBelowADInplaceOrView():
-            self.replay_steps()
+            self.program.replay()
 
     def release(self) -> None:
-        if self.placed is not None:
-            self.placed.leave()
-        self.kept_steps = None
-        self.step_count = 0
-        self.replay_steps = straight_line([])
-        self.step_names = []
-        self.watched = []
-        self.outputs = []
-        self.unplaced = None
-        self.constant_bytes = 0
-        self._pool_bytes = 0
+        if self.program.placed is not None:
+            self.program.placed.leave()
+        self.program = RELEASED
 
     @property
     def pool_bytes(self) -> int:
-        return self._pool_bytes
+        return self.program.pool_bytes
 
     @property
     def kernel_count(self) -> int:
-        return self.step_count
+        return len(self.program.step_names)
 
 
 def caller_aliases(outputs: list[Any]) -> list[Any]:
@@ -188,8 +137,3 @@ def caller_aliases(outputs: list[Any]) -> list[Any]:
     objects (and views of them) must never move with them.
     """
     return [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs]
-
-
-def unpooled_bytes(plan: MemoryPlan) -> int:
-    """Bytes of the storages a capture without a pool keeps (each its own allocation)."""
-    return sum(b.nbytes for b in plan.intermediates) + plan.output_bytes

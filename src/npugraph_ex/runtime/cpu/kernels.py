@@ -22,8 +22,6 @@ class CompiledKernelCall(CapturedGraph):
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any]):
         self.fn = fn
         self.args = tuple(args)
-        with torch.no_grad():
-            self.capture_outputs = as_output_list(fn(*self.args))
         self.outputs = []
 
     def replay(self) -> list[Any]:

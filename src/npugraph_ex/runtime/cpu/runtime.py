@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.base import DeviceRuntime, as_output_list
-from npugraph_ex.runtime.cpu.graph import CpuGraph
+from npugraph_ex.runtime.base import Capture, DeviceRuntime, Program, as_output_list
+from npugraph_ex.runtime.cpu.build import Build, build_program
+from npugraph_ex.runtime.cpu.graph import CpuGraph, caller_aliases
 from npugraph_ex.runtime.cpu.heap import release_free_heap
 from npugraph_ex.runtime.cpu.kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu.pool import CpuPool
@@ -20,15 +21,6 @@ from npugraph_ex.runtime.watched import WatchedRun
 
 class CpuRuntime(DeviceRuntime):
     name = "cpu"
-    capture_executes = True
-    limits_cores = True
-    replays_watched = True
-
-    plan_memory = True
-    """False captures without pools: every tensor keeps its own allocation (for comparisons)."""
-
-    fold_constants = True
-    """False replays every step, the constant ones too (``constants``; for comparisons)."""
 
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         with torch.no_grad():
@@ -36,45 +28,39 @@ class CpuRuntime(DeviceRuntime):
                 fn(*args)
 
     def capture(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CpuGraph:
+        self, program: Program, args: Sequence[Any], pool: Any, owned_inputs: Sequence[int] = ()
+    ) -> Capture:
+        if program.kind == "kernels":
+            # Compiled kernels fuse ops into loops no dispatch mode sees: the call is the replay.
+            call = CompiledKernelCall(program.fn, args)
+            return Capture(call, call.replay())
+        pooled = "place" not in program.disabled_steps
         recorder = KernelRecorder()
-        run = fn
-        if isinstance(fn, WatchedRun):
-            fn.clock = recorder.steps.__len__
-        elif self.plan_memory and isinstance(fn, torch.fx.GraphModule):
+        run = program.fn
+        watcher = None
+        if program.kind == "watched":
+            watcher = run = WatchedRun(program.fn, clock=recorder.steps.__len__)
+        elif pooled and isinstance(run, torch.fx.GraphModule):
             recorder.releaser = Releaser()
-            run = ReleasingRun(fn, recorder.releaser).run
+            run = ReleasingRun(run, recorder.releaser).run
         with torch.no_grad(), recorder:
             outputs = as_output_list(run(*args))
-        if not self.plan_memory:
+        if not pooled:
             pool = None
         elif pool is None:
             pool = self.new_pool()
-        owned = [args[i] for i in owned_inputs]
-        fixed = [a for i, a in enumerate(args) if i not in owned_inputs]
-        watched = fn.points if isinstance(fn, WatchedRun) else ()
-        graph = CpuGraph(recorder, outputs, fixed, pool, owned, watched, self.fold_constants)
-        del recorder, outputs, watched  # the capture's own storages, now moved into the pool
+        build = Build(
+            recorder,
+            outputs,
+            inputs=[a for i, a in enumerate(args) if i not in owned_inputs],
+            owned_inputs=[args[i] for i in owned_inputs],
+            pool=pool,
+            watched=watcher.points if watcher is not None else (),
+        )
+        graph = CpuGraph(build_program(build, program.disabled_steps))
+        del build, recorder, watcher  # the capture's own storages, now moved into the pool
         release_free_heap()
-        return graph
-
-    def capture_compiled(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[Any],
-        *,
-        pool: Any,
-        capture_error_mode: str,
-        owned_inputs: Sequence[int] = (),
-    ) -> CompiledKernelCall:
-        return CompiledKernelCall(fn, args)
+        return Capture(graph, caller_aliases(outputs))
 
     def new_pool(self) -> CpuPool:
         return CpuPool()

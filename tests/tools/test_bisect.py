@@ -1,4 +1,4 @@
-"""``npugraph_ex.debug.bisect`` and ``npugraph-ex bisect``: the layer, the pass and the node."""
+"""``npugraph_ex.tools.bisect`` and ``npugraph-ex bisect``: the layer, the pass and the node."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import npugraph_ex
+import npugraph_ex.tools
 from npugraph_ex.cli import main as cli_main
-from npugraph_ex.debug.bisection import bisect
-from npugraph_ex.runtime.cpu import graph as cpu_graph
+from npugraph_ex.runtime.cpu import build as cpu_build
+from npugraph_ex.tools.bisection import bisect
 
 pytestmark = pytest.mark.usefixtures("scratch_registry")
 
@@ -32,8 +33,13 @@ def trial_names(result: Any) -> list[str]:
     return [t.name for t in result.trials]
 
 
+def test_the_debug_package_names_where_bisect_went() -> None:
+    with pytest.raises(AttributeError, match=r"from npugraph_ex.tools import bisect"):
+        npugraph_ex.debug.bisect  # noqa: B018
+
+
 def test_a_correct_function_passes_every_trial() -> None:
-    result = npugraph_ex.debug.bisect(model, torch.randn(4, 8), static_kernels=False)
+    result = npugraph_ex.tools.bisect(model, torch.randn(4, 8), static_kernels=False)
     assert result.layer is None and result.node is None
     assert trial_names(result) == [
         "aot_eager (Dynamo + AOTAutograd)",
@@ -67,7 +73,7 @@ def test_a_replay_fault_is_named_capture_replay_with_its_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A replay engine whose relu step writes one too much: only replays are wrong."""
-    real = cpu_graph.fastest_call
+    real = cpu_build.fastest_call
 
     def faulty(fn: Any, args: Any, kwargs: Any) -> Any:
         call = real(fn, args, kwargs)
@@ -80,7 +86,7 @@ def test_a_replay_fault_is_named_capture_replay_with_its_node(
 
         return relu_then_fault
 
-    monkeypatch.setattr(cpu_graph, "fastest_call", faulty)
+    monkeypatch.setattr(cpu_build, "fastest_call", faulty)
     result = bisect(model, torch.randn(4, 8), static_kernels=False)
     assert result.layer == "capture/replay"
     assert trial_names(result)[-1] == "npugraph_ex (capture, then replay)"

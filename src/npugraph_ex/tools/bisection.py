@@ -1,4 +1,4 @@
-"""``npugraph_ex.debug.bisect``: which layer of the stack changes a function's result, and where.
+"""``npugraph_ex.tools.bisect``: which layer of the stack changes a function's result, and where.
 
 The accuracy workflow of a wrong number, run by the machine. Each trial calls ``fn`` on fresh
 copies of the arguments (after ``torch._dynamo.reset()``) and compares its outputs with eager's:
@@ -31,10 +31,10 @@ from typing import Any
 import torch
 
 from npugraph_ex.config import Config
-from npugraph_ex.debug.compare import compare_dumps, errors
 from npugraph_ex.debug.dump_files import DumpError, dump_folders, read_dump
 from npugraph_ex.passes.manager import PassManager
 from npugraph_ex.passes.pipeline import PIPELINE
+from npugraph_ex.tools.compare import compare_dumps, errors
 
 
 @dataclass

@@ -22,7 +22,7 @@ against the other form, interleaved, the fastest of ``PROBE_ROUNDS`` rounds each
 process busy on the cores slows some rounds, not all); a rewrite is kept only with a clear gain
 (``SPLIT_GAIN``, ``REDUCTION_GAIN``, ``LINEAR_GAIN``). About 50 ms each on the reference
 machine, 0.5 s for oneDNN's six row counts; the ``npugraph_ex`` logger says at INFO what it
-measured.
+measured. The CPU platform (``runtime/cpu/platform.py``) asks them, with the rest of each decision.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from npugraph_ex.cli import main as cli_main
-from npugraph_ex.debug.compare import compare_dumps
 from npugraph_ex.debug.dump_files import (
     DumpedNode,
     DumpError,
@@ -19,6 +18,7 @@ from npugraph_ex.debug.dump_files import (
     dumped_output,
     write_index,
 )
+from npugraph_ex.tools.compare import compare_dumps
 
 aten = torch.ops.aten
 

@@ -39,8 +39,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npugraph_ex.debug.compare import compare_dumps, plot_errors
     from npugraph_ex.debug.dump_files import DumpError
+    from npugraph_ex.tools.compare import compare_dumps, plot_errors
 
     try:
         comparison = compare_dumps(args.dump_a, args.dump_b, rtol=args.rtol, atol=args.atol)

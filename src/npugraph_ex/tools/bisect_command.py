@@ -1,4 +1,4 @@
-"""``npugraph-ex bisect FILE.py:FUNCTION``: ``npugraph_ex.debug.bisect`` from the command line.
+"""``npugraph-ex bisect FILE.py:FUNCTION``: ``npugraph_ex.tools.bisect`` from the command line.
 
 ``FUNCTION()`` (no arguments) returns ``(fn, args)``, ``(fn, args, kwargs)`` or
 ``(fn, args, kwargs, options)``: the function whose result is wrong, what to call it with and the
@@ -70,7 +70,7 @@ def load_target(target: str) -> tuple[Any, tuple, dict, dict | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npugraph_ex.debug.bisection import bisect
+    from npugraph_ex.tools.bisection import bisect
 
     try:
         fn, call_args, kwargs, options = load_target(args.target)

@@ -1,0 +1,66 @@
+"""What a capture manager says once per graph: limits reached, graphs refused, keys that differ
+only in values, and the error of a strict refusal."""
+
+from __future__ import annotations
+
+import logging
+
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.errors import UnsupportedGraphError
+
+log = logging.getLogger("npugraph_ex.capture.manager")
+
+VALUE_KEYS_NOTICE = 4
+"""Keys that differ only in the values of the graph's int (or host scalar) inputs, after which
+the graph says that every new value is a new capture."""
+
+
+def strict_error(name: str, blocker: str) -> UnsupportedGraphError:
+    return UnsupportedGraphError(
+        f"{name} cannot be captured: {blocker}. Set "
+        "options={'strict_capture': False} to run it eagerly instead."
+    )
+
+
+def say_refused(name: str, number: int, reason: str) -> None:
+    log_once(
+        log,
+        logging.WARNING,
+        ("refuse", number, reason),
+        "npugraph_ex: %s runs eagerly, not captured: %s",
+        name,
+        reason,
+    )
+
+
+def say_limit(name: str, number: int, limit: int, captured: int) -> None:
+    log_once(
+        log,
+        logging.WARNING,
+        ("limit", number),
+        "npugraph_ex: %s reached capture_limit=%d; new shapes run eagerly while the %d "
+        "captured ones keep replaying. Raise options={'capture_limit': N} to capture more.",
+        name,
+        limit,
+        captured,
+    )
+
+
+def say_value_keys(name: str, number: int, values: list[str]) -> None:
+    """Say once that ``values`` (keys that differ only in the values of int inputs; ints that
+    are only data left the graph in the ``split_host_ints`` pass, these are baked) are many."""
+    if len(values) < VALUE_KEYS_NOTICE:
+        return
+    log_once(
+        log,
+        logging.WARNING,
+        ("value keys", number),
+        "npugraph_ex: %s has captured %d keys that differ only in the values of its int "
+        "inputs (%s): each new value is a new capture, and only values seen before replay. "
+        "These ints reach kernels as ints (a shift, a size, a bound), which a capture holds "
+        "as constants; one the model changes on every call makes every call a capture. "
+        "Pass it as a tensor where the model allows it (see 'Int inputs' in docs/guide.md).",
+        name,
+        len(values),
+        "; ".join(values),
+    )

@@ -1,0 +1,105 @@
+"""What each key of one optimised graph captures: one ``Program``, decided in one place.
+
+    static_kernel_compile, key chosen    -> Program(kernels, "kernels")   compiled for its sizes
+    tensor dumps of replays wanted       -> Program(graph, "watched")     readable node by node
+    few-row products at the key's sizes  -> Program(split run, "graph")   the CPU platform's split
+    otherwise                            -> Program(graph, "graph")
+
+A key whose kernels fail to compile captures the ATen graph instead, and says why once. What
+each key got is counted here (``counts``), and read by the graph's stats.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch.fx
+
+from npugraph_ex.config import Config
+from npugraph_ex.debug.once import log_once
+from npugraph_ex.errors import first_line
+from npugraph_ex.runtime.base import Program
+
+log = logging.getLogger(__name__)
+
+
+class KeyPrograms:
+    """Builds the ``Program`` of each new key of one graph (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        config: Config,
+        *,
+        name: str,
+        kernels: Any = None,
+        specialiser: Any = None,
+        watched: bool = False,
+    ):
+        self.fn = fn
+        self.name = name
+        self.kernels = kernels
+        """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` and ``wants(args)``
+        per new key."""
+        self.specialiser = specialiser
+        """For a graph whose products' row counts are symbolic: what a key with few rows runs
+        instead of ``fn`` (the platform's key specialiser), or None."""
+        self.watched = watched and kernels is None and isinstance(fn, torch.fx.GraphModule)
+        """Whether captures keep every node's value, so that replays can be dumped."""
+        self.capture_error_mode = config.capture_error_mode
+        self.disabled_steps = frozenset(config.disabled_build_steps)
+        self.counts: dict[str, Counter] = {
+            "static_kernels": Counter(),
+            "key_specialisation": Counter(),
+        }
+        """``static_kernels``: keys whose kernels were ``compiled``, loaded on a ``cache_hit``,
+        ``reused``, ``failed`` to compile, or ``not chosen``; ``key_specialisation``: keys
+        whose capture split few-row products (``specialised``) or where a split raised
+        (``failed``)."""
+
+    def program(self, fn: Callable[..., Any], kind: str = "graph") -> Program:
+        return Program(fn, kind, self.capture_error_mode, self.disabled_steps)
+
+    def for_key(self, args: Sequence[Any]) -> Program:
+        """What a new key with inputs ``args`` captures."""
+        if self.kernels is not None:
+            if self.kernels.wants(args):
+                return self.compiled(args)
+            self.counts["static_kernels"]["not chosen"] += 1
+        if self.watched:
+            return self.program(self.fn, "watched")
+        return self.program(self.graph_for(args))
+
+    def graph_for(self, args: Sequence[Any]) -> Callable[..., Any]:
+        """What to run for ``args``' sizes: the graph with its few-row products split where the
+        specialiser says so, else the graph as compiled (``force_eager`` runs this too)."""
+        if self.specialiser is None:
+            return self.fn
+        specialised = self.specialiser.graph_for(args, self.counts["key_specialisation"])
+        return self.fn if specialised is None else specialised
+
+    def compiled(self, args: Sequence[Any]) -> Program:
+        try:
+            fn, outcome = self.kernels.compile(args)
+        except Exception as error:  # Inductor may fail on any op; the ATen graph still works
+            self.counts["static_kernels"]["failed"] += 1
+            log_once(
+                log,
+                logging.WARNING,
+                ("static kernels", self.name, id(self), type(error).__name__),
+                "npugraph_ex: %s: static_kernel_compile failed (%s: %s); this key captures the "
+                "ATen graph instead",
+                self.name,
+                type(error).__name__,
+                first_line(error),
+            )
+            return self.program(self.fn)
+        self.counts["static_kernels"][outcome] += 1
+        return self.program(fn, "kernels")
+
+    def reset_counts(self) -> None:
+        for counter in self.counts.values():
+            counter.clear()

@@ -1,0 +1,100 @@
+"""Imports point down: every module of the package imports only its own layer or those below it.
+
+The layers, top to bottom, are the ones the package docstring lists (``npugraph_ex.__doc__``). A
+module's layer is read from its path alone (its first folder, or its file at the top); every
+import counts, at module level or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import npugraph_ex
+
+PACKAGE = Path(npugraph_ex.__file__).resolve().parent
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli", "tools/", "bench/"),
+    ("inference", "cache/", "__init__"),
+    ("torchair_compat/", "dynamo_backend", "registration", "model_floats"),
+    ("compiler",),
+    ("capture/", "kernels/"),
+    ("passes/",),
+    ("runtime/",),
+    ("scope/", "ops", "debug/"),
+    ("config", "option_checks", "errors", "compat", "schemas", "fixed_views"),
+)
+"""Top to bottom; a module may import its own layer and those below it."""
+
+LAYER_OF = {part: depth for depth, parts in enumerate(LAYERS) for part in parts}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str:
+    """The path part that names a module's layer: ``capture/`` for ``npugraph_ex.capture.x``,
+    ``cli`` for ``npugraph_ex.cli``, ``__init__`` for the package itself."""
+    names = module.split(".")[1:]
+    if not names:
+        return "__init__"
+    return f"{names[0]}/" if (PACKAGE / names[0]).is_dir() else names[0]
+
+
+def is_module(module: str) -> bool:
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The package's modules that ``path`` imports (a name imported from a package counts as its
+    submodule where it is one)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base)
+    return {m for m in found if m == "npugraph_ex" or m.startswith("npugraph_ex.")}
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted({part_of(module_name(p)) for p in MODULES} - set(LAYER_OF))
+    assert not unplaced, f"place {unplaced} in LAYERS (and in the package docstring)"
+
+
+def test_the_docstring_lists_the_layers_in_order() -> None:
+    text = " ".join(npugraph_ex.__doc__.split())
+    lines = [", ".join(f"``{p}``" for p in parts) for parts in LAYERS]
+    missing = [line for line in lines if line not in text]
+    assert not missing, f"the package docstring does not list {missing}"
+    positions = [text.index(line) for line in lines]
+    assert positions == sorted(positions), "the package docstring lists the layers out of order"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_point_down(path: Path) -> None:
+    importer = module_name(path)
+    layer = LAYER_OF[part_of(importer)]
+    upward = [
+        f"{importer} ({', '.join(LAYERS[layer])}) imports {imported} "
+        f"({', '.join(LAYERS[LAYER_OF[part_of(imported)]])}), a layer above it"
+        for imported in sorted(imported_modules(path))
+        if LAYER_OF[part_of(imported)] < layer
+    ]
+    assert not upward, "\n".join(upward)
