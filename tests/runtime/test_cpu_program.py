@@ -37,7 +37,8 @@ def test_captures_of_one_structure_share_code_and_keep_their_own_arguments() -> 
     out_a, out_b = torch.empty(4), torch.empty(8)
     replay_a = straight_line([(torch.neg, (a,), {"out": out_a})])
     replay_b = straight_line([(torch.neg, (b,), {"out": out_b})])
-    assert replay_a.__code__ is replay_b.__code__
+    assert replay_a.run.__code__ is replay_b.run.__code__
+    assert replay_a.layouts is replay_b.layouts
     replay_b()
     replay_a()
     assert torch.equal(out_a, -a) and torch.equal(out_b, -b)
@@ -67,7 +68,7 @@ def test_a_replay_binds_its_objects_in_one_tuple_not_a_dict_of_its_own() -> None
     out_a, out_b = torch.empty(4), torch.empty(8)
     replay_a = straight_line([(torch.neg, (a,), {"out": out_a})])
     replay_b = straight_line([(torch.neg, (b,), {"out": out_b})])
-    assert replay_a.__globals__ is replay_b.__globals__ == {}
+    assert replay_a.run.__globals__ is replay_b.run.__globals__ == {}
     names = bound_names(replay_a)
     assert sorted(names) == ["a0_0", "f0", "k0_out"]
     assert names["f0"] is torch.neg and names["a0_0"] is a and names["k0_out"] is out_a

@@ -33,7 +33,7 @@ from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.runtime.cpu.lanes import wait_nothing
 from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys, tensors_in
-from npugraph_ex.runtime.cpu.steps import SYNCHRONOUS_NAMESPACES, Step
+from npugraph_ex.runtime.cpu.steps import COMPUTED_BY, SYNCHRONOUS_NAMESPACES, Step
 
 MAX_BYTES = 8 * 1024
 """Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant
@@ -68,7 +68,7 @@ def step_op(step: Step) -> OpOverload | None:
     """The ATen or prims kernel a step runs (itself, or the op of a compute-and-copy step), or
     None: a collective, a custom op, a host effect, whose effects a schema may not tell."""
     fn = step[0]
-    op = fn if isinstance(fn, OpOverload) else getattr(fn, "computes", None)
+    op = fn if isinstance(fn, OpOverload) else COMPUTED_BY.get(fn)
     if not isinstance(op, OpOverload) or op.namespace not in SYNCHRONOUS_NAMESPACES:
         return None
     return op

@@ -74,7 +74,21 @@ NO_GLOBALS: dict[str, Any] = {}
 """The generated functions' globals: they read nothing but their one argument."""
 
 
-def straight_line(steps: Sequence[Step]) -> Callable[[], None]:
+class StraightLine:
+    """A generated function that runs the steps in order (``run``), and the layout of each
+    step's arguments (``layouts``), by which the steps are read back from what it binds."""
+
+    __slots__ = ("layouts", "run")
+
+    def __init__(self, run: Callable[[], None], layouts: tuple[Layout, ...]):
+        self.run = run
+        self.layouts = layouts
+
+    def __call__(self) -> None:
+        self.run()
+
+
+def straight_line(steps: Sequence[Step]) -> StraightLine:
     """A function that runs ``fn(*args, **kwargs)`` for every step, in order (the steps can be
     read back from it: ``steps_of``).
 
@@ -87,19 +101,18 @@ def straight_line(steps: Sequence[Step]) -> Callable[[], None]:
     unpack = [f"    ({', '.join(names)},) = bound"] if names else []
     source = "\n".join(["def replay_steps(bound):", *unpack, *lines, "    return None"])
     code, layouts = replay_code(source, tuple(call_layout(step) for step in steps))
-    replay = types.FunctionType(code, NO_GLOBALS, "replay_steps", (tuple(names.values()),))
-    replay.step_layouts = layouts  # type: ignore[attr-defined]
-    return replay
+    run = types.FunctionType(code, NO_GLOBALS, "replay_steps", (tuple(names.values()),))
+    return StraightLine(run, layouts)
 
 
-def bound_names(replay: Callable[[], None]) -> dict[str, Any]:
+def bound_names(replay: StraightLine) -> dict[str, Any]:
     """What a function made by ``straight_line`` binds, by name."""
-    (values,) = replay.__defaults__  # type: ignore[attr-defined]
-    unpacked = replay.__code__.co_varnames[1:]  # type: ignore[attr-defined]
+    (values,) = replay.run.__defaults__  # type: ignore[attr-defined]
+    unpacked = replay.run.__code__.co_varnames[1:]
     return dict(zip(unpacked, values, strict=True))
 
 
-def map_arguments(replay: Callable[[], None], change: Callable[[Any], Any]) -> None:
+def map_arguments(replay: StraightLine, change: Callable[[Any], Any]) -> None:
     """Bind ``change(value)`` in place of every argument value the steps of ``replay`` (made by
     ``straight_line``) pass, positional or keyword; the kernels they call stay as they are."""
     names = bound_names(replay)
@@ -110,15 +123,15 @@ def map_arguments(replay: Callable[[], None], change: Callable[[Any], Any]) -> N
             names[name] = {keyword: change(v) for keyword, v in value.items()}
         else:
             names[name] = change(value)
-    replay.__defaults__ = (tuple(names.values()),)  # type: ignore[attr-defined]
+    replay.run.__defaults__ = (tuple(names.values()),)
 
 
-def steps_of(replay: Callable[[], None]) -> list[Step]:
+def steps_of(replay: StraightLine) -> list[Step]:
     """The steps a function made by ``straight_line`` runs, read back from the names it binds
     (a capture keeps no other list of them: one per key would cost about 0.1 MiB)."""
     names = bound_names(replay)
     steps: list[Step] = []
-    for index, (count, keywords) in enumerate(replay.step_layouts):  # type: ignore[attr-defined]
+    for index, (count, keywords) in enumerate(replay.layouts):
         args = tuple(names[f"a{index}_{position}"] for position in range(count))
         if keywords is None:
             kwargs = names[f"k{index}"]

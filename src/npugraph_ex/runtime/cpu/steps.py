@@ -203,6 +203,11 @@ def compute_and_copy(
     return copying_kernel(op, indices, listed), (targets, *args), kwargs
 
 
+COMPUTED_BY: dict[Callable[..., None], OpOverload] = {}
+"""The op each compute-and-copy function computes (what ``constants`` reads its effects from);
+as many as ``copying_kernel`` made, which keeps them for the process's life anyway."""
+
+
 @functools.cache
 def copying_kernel(
     op: OpOverload, indices: tuple[int, ...], listed: Callable[[Any], Sequence[torch.Tensor]]
@@ -218,7 +223,7 @@ def copying_kernel(
             target.copy_(new[index])
 
     run.__qualname__ = f"compute_and_copy[{op}]"
-    run.computes = op  # type: ignore[attr-defined]  # what ``constants`` reads the effects from
+    COMPUTED_BY[run] = op
     return run
 
 

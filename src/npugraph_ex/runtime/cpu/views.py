@@ -23,18 +23,17 @@ its one storage), and nothing re-points a storage that never moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from npugraph_ex.fixed_views import geometry, shared_view
 from npugraph_ex.runtime.cpu.memory import storage_key
-from npugraph_ex.runtime.cpu.program import map_arguments
+from npugraph_ex.runtime.cpu.program import StraightLine, map_arguments
 
 
 def share_equal_views(
-    replay: Callable[[], None], arena: torch.UntypedStorage, moving: set[int]
+    replay: StraightLine, arena: torch.UntypedStorage, moving: set[int]
 ) -> None:
     """Bind one tensor object wherever the steps of ``replay`` pass views of one place (see the
     module docstring); ``moving`` holds the :func:`storage_key` of the storages whose views are
