@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -120,3 +121,15 @@ def captured_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None, disabled: An
 def capture_on_cpu(fn: Any, *args: torch.Tensor, pool: Any = None, disabled: Any = ()) -> Any:
     """The graph ``captured_on_cpu`` captured."""
     return captured_on_cpu(fn, *args, pool=pool, disabled=disabled).graph
+
+
+@torch.library.custom_op("npugraph_ex_test::nap", mutates_args=())
+def nap(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    """A copy of ``x`` after sleeping (the thread lets the others run meanwhile)."""
+    time.sleep(seconds)
+    return x.clone()
+
+
+@nap.register_fake
+def nap_fake(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    return torch.empty_like(x)

@@ -4,14 +4,13 @@ one's again, as TorchAir nests them; the results are eager's."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import counts
+from helpers import counts, nap
 from npugraph_ex.config import Config
 from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.stream_blocks import find_lanes
@@ -36,18 +35,6 @@ def lane_seen(x: torch.Tensor, label: str) -> torch.Tensor:
 
 @lane_seen.register_fake
 def lane_seen_fake(x: torch.Tensor, label: str) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("npugraph_ex_test::doze", mutates_args=())
-def doze(x: torch.Tensor, seconds: float) -> torch.Tensor:
-    """A copy of ``x`` after a sleep: time for the workers to take their blocks."""
-    time.sleep(seconds)
-    return x.clone()
-
-
-@doze.register_fake
-def doze_fake(x: torch.Tensor, seconds: float) -> torch.Tensor:
     return torch.empty_like(x)
 
 
@@ -94,7 +81,7 @@ def side_by_side_lanes(x):
         with stream("inner"):
             b = lane_seen(x.sigmoid(), "inner")
         c = lane_seen(a + x, "outer after")
-    m = lane_seen(doze(x - 1, 0.05), "main")  # time for both workers to take their blocks
+    m = lane_seen(nap(x - 1, 0.05), "main")  # time for both workers to take their blocks
     return c + b + m
 
 

@@ -4,12 +4,11 @@ main path, on CUDA on a side stream of the captured graph; the results are progr
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
 
-from helpers import THREADS_SEEN, assert_same, counts, intra_op_threads, threads_seen
+from helpers import THREADS_SEEN, assert_same, counts, intra_op_threads, nap, threads_seen
 from npugraph_ex.scope import (
     npu_create_tagged_event,
     npu_tagged_event_record,
@@ -30,18 +29,6 @@ def thread_name(x: torch.Tensor) -> torch.Tensor:
 
 @thread_name.register_fake
 def thread_name_fake(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("npugraph_ex_test::nap", mutates_args=())
-def nap(x: torch.Tensor, seconds: float) -> torch.Tensor:
-    """A copy of ``x`` after sleeping (the thread lets the others run meanwhile)."""
-    time.sleep(seconds)
-    return x.clone()
-
-
-@nap.register_fake
-def nap_fake(x: torch.Tensor, seconds: float) -> torch.Tensor:
     return torch.empty_like(x)
 
 
