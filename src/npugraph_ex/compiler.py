@@ -24,6 +24,7 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
+from npugraph_ex.kernels.background import BackgroundKernels
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS
 from npugraph_ex.passes.manager import PassManager, copy_of
@@ -160,11 +161,9 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         check_collective_order(gm, lowered.name)
     runtime = runtime_for(facts.device_type)
     warn_unapplied_scopes(gm, facts.device_type, lowered.name)
-    kernels = (
-        StaticKernelCompiler(gm, config, facts.device_type)
-        if config.static_kernel_compile
-        else None
-    )
+    tier = config.static_kernel_compile
+    kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
+    background = BackgroundKernels(gm, facts.device_type, config) if tier == "background" else None
     dumper = TensorDumper(config, lowered.name) if config.dump_tensor_data else None
     dumps_replays = dumper is not None and lowered.original is None
     programs = KeyPrograms(
@@ -174,6 +173,7 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
         kernels=kernels,
         specialiser=key_specialiser(lowered),
         watched=dumps_replays and platform_for(facts.device_type).replays_watched(),
+        background=background,
     )
     manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, programs=programs)
     manager.stats.failed_passes.update(lowered.failed_passes)

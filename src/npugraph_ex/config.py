@@ -29,8 +29,10 @@ from npugraph_ex.option_checks import (
     check_choice,
     check_decompositions,
     check_dict,
+    check_gain,
     check_int,
     check_int_values,
+    check_kernel_tier,
     check_mode,
     check_names,
     check_optional_path,
@@ -100,8 +102,22 @@ class Config:
     """Eager runs before each capture, inside the capturing call, so that lazily initialised
     library state exists; the writes they make to inputs are undone before capture."""
 
-    static_kernel_compile: bool = checked_field(False, check_bool)
-    """Compile kernels for the static shapes of a captured graph."""
+    static_kernel_compile: bool | str = checked_field(False, check_kernel_tier)
+    """Compile kernels for the static shapes of a captured graph: True, before its first replay;
+    ``"background"``, once the key is hot, in a worker process, swapped in at a call boundary and
+    kept only where faster (``kernels/background.py``); False, never."""
+
+    background_compile_after: int = checked_field(8, check_int(1))
+    """With ``static_kernel_compile="background"``: replays of a key before its kernels are
+    compiled (a key called fewer times never pays for a compile)."""
+
+    background_compiles_in_flight: int = checked_field(1, check_int(1))
+    """With ``static_kernel_compile="background"``: compiles running at once (each a worker
+    process); hot keys beyond them wait for a free one."""
+
+    background_min_gain: float = checked_field(1.0, check_gain)
+    """With ``static_kernel_compile="background"``: how much faster (median over real calls) a
+    key's compiled kernels must be than its ATen replay to be kept; else the ATen replay stays."""
 
     disable_static_kernel_compile_cache: bool = checked_field(False, check_bool)
     """Compile static kernels afresh instead of reusing the on-disk cache."""

@@ -35,6 +35,22 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_kernel_tier(name: str, value: Any) -> bool | str:
+    allowed = "True, False or 'background'"
+    if value == "background" or isinstance(value, bool):
+        return value
+    fail(name, allowed, value, ConfigError if isinstance(value, str) else ConfigTypeError)
+
+
+def check_gain(name: str, value: Any) -> float:
+    allowed = "a number > 0 (int or float)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(name, allowed, value, ConfigTypeError)
+    if not value > 0:
+        fail(name, allowed, value)
+    return float(value)
+
+
 def check_int(minimum: int) -> Check:
     allowed = f"an int >= {minimum}"
 

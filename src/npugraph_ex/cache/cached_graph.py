@@ -20,15 +20,11 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
-from npugraph_ex.cache.graph_record import (
-    INPUT_NAME,
-    GraphRecord,
-    load_graph,
-    referenced_inputs,
-)
+from npugraph_ex.cache.graph_record import INPUT_NAME, GraphRecord, referenced_inputs
 from npugraph_ex.compiler import LoweredGraph, build_graph_callable
 from npugraph_ex.config import Config
 from npugraph_ex.errors import NpuGraphExError
+from npugraph_ex.kernels.graph_bytes import load_graph
 
 
 class Misfit(NpuGraphExError):

@@ -28,12 +28,8 @@ import torch.fx
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.capture.key_shapes import RowPlan
 from npugraph_ex.compiler import LoweredGraph
-from npugraph_ex.debug.dump import ORIGIN
-from npugraph_ex.passes.manager import copy_of
+from npugraph_ex.kernels.graph_bytes import pickle_graph
 from npugraph_ex.passes.split_host_ints import HostInts
-
-KEPT_META = ("stack_trace", ORIGIN)
-"""Node meta kept in a stored graph: source lines, for messages, and origins, for dumps."""
 
 INPUT_NAME = re.compile(r"L\['t(\d+)'\]")
 
@@ -198,27 +194,6 @@ def shape_guards(fake_mode: Any, placeholders: list[Any]) -> list[str]:
         return []
     sources = [LocalSource(f"t{i}") for i in range(len(placeholders))]
     return list(shape_env.produce_guards(placeholders, sources, ignore_static=False))
-
-
-def pickle_graph(gm: torch.fx.GraphModule) -> bytes:
-    """``gm`` pickled with the node meta in ``KEPT_META`` only."""
-    from torch.fx._graph_pickler import GraphPickler, Options
-
-    stored = copy_of(gm)
-    stored.meta = {}
-    for node in stored.graph.nodes:
-        node.meta = {k: v for k, v in node.meta.items() if k in KEPT_META}
-    return GraphPickler.dumps(stored, Options(ops_filter=None))
-
-
-def load_graph(data: bytes) -> torch.fx.GraphModule:
-    """A stored graph, ready to run."""
-    from torch._subclasses import FakeTensorMode
-    from torch.fx._graph_pickler import GraphPickler
-
-    gm = GraphPickler.loads(data, FakeTensorMode())  # no fake values to remake in it
-    gm.recompile()
-    return gm
 
 
 def referenced_inputs(clause: str) -> frozenset[int]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from npugraph_ex.cache.entry import FILE_NAME
 from npugraph_ex.cache.files import CacheFileError, read_entry, read_header
-from npugraph_ex.cache.graph_record import load_graph
 from npugraph_ex.errors import NpuGraphExError
+from npugraph_ex.kernels.graph_bytes import load_graph
 
 RULE = "=" * 100
 

@@ -163,11 +163,17 @@ class CaptureManager:
                 return self.after_failed_capture(args, error)
             self.stats.capture_seconds += time.perf_counter() - started
             self.captures_made += 1
-            entry = self.entries[key] = CapturedKey(label, captured.graph, staged, pool)
+            graph = self.programs.tiered(
+                captured.graph,
+                lambda program: self.capture_staged(staged, pool, program),
+                staged.args,
+                self.runtime.synchronize,
+            )
+            entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))
             if recapture_reason is None:
-                self.notice_value_keys(key)
+                notices.say_value_keys(self.stats.name, self.number, self.layout, key, self.entries)
             if folder is not None:
                 write_capture_summary(folder, label, captured.graph)
             return self.for_caller(captured.outputs, staged.args)
@@ -229,12 +235,6 @@ class CaptureManager:
         self.blocker = reason
         if not self.config.strict_capture:
             notices.say_refused(self.stats.name, self.number, reason)
-
-    def notice_value_keys(self, key: tuple) -> None:
-        same = self.layout.without_values(key)
-        siblings = [k for k in self.entries if self.layout.without_values(k) == same]
-        values = [self.layout.describe_values(k) for k in siblings]
-        notices.say_value_keys(self.stats.name, self.number, values)
 
     def restart_counts(self) -> None:
         """Counters from zero (``reset_stats``); the captured keys stay."""

@@ -4,6 +4,8 @@ only in values, and the error of a strict refusal."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import UnsupportedGraphError
@@ -46,9 +48,11 @@ def say_limit(name: str, number: int, limit: int, captured: int) -> None:
     )
 
 
-def say_value_keys(name: str, number: int, values: list[str]) -> None:
-    """Say once that ``values`` (keys that differ only in the values of int inputs; ints that
-    are only data left the graph in the ``split_host_ints`` pass, these are baked) are many."""
+def say_value_keys(name: str, number: int, layout: Any, key: tuple, keys: Iterable[tuple]) -> None:
+    """Say once when many of ``keys`` differ from ``key`` only in the values of int inputs (ints
+    that are only data left the graph in the ``split_host_ints`` pass; these are baked)."""
+    same = layout.without_values(key)
+    values = [layout.describe_values(k) for k in keys if layout.without_values(k) == same]
     if len(values) < VALUE_KEYS_NOTICE:
         return
     log_once(

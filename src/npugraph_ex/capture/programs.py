@@ -18,10 +18,12 @@ from typing import Any
 
 import torch.fx
 
+from npugraph_ex.capture.tiers import TieredGraph
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.runtime.base import Program
+from npugraph_ex.kernels.background import BackgroundKernels
+from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class KeyPrograms:
         kernels: Any = None,
         specialiser: Any = None,
         watched: bool = False,
+        background: BackgroundKernels | None = None,
     ):
         self.fn = fn
         self.name = name
@@ -47,7 +50,14 @@ class KeyPrograms:
         self.specialiser = specialiser
         """For a graph whose products' row counts are symbolic: what a key with few rows runs
         instead of ``fn`` (the platform's key specialiser), or None."""
-        self.watched = watched and kernels is None and isinstance(fn, torch.fx.GraphModule)
+        self.background = background
+        """With ``static_kernel_compile="background"``: the compiles of this graph's hot keys."""
+        self.watched = (
+            watched
+            and kernels is None
+            and background is None
+            and isinstance(fn, torch.fx.GraphModule)
+        )
         """Whether captures keep every node's value, so that replays can be dumped."""
         self.capture_error_mode = config.capture_error_mode
         self.disabled_steps = frozenset(config.disabled_build_steps)
@@ -99,6 +109,19 @@ class KeyPrograms:
             return self.program(self.fn)
         self.counts["static_kernels"][outcome] += 1
         return self.program(fn, "kernels")
+
+    def tiered(
+        self,
+        graph: CapturedGraph,
+        capture: Callable[[Program], Capture],
+        args: Sequence[Any],
+        synchronize: Callable[[], None],
+    ) -> CapturedGraph:
+        """A new key's graph: with background compiles, one that swaps in compiled kernels once
+        they are ready and faster (``tiers``); else ``graph`` itself."""
+        if self.background is None:
+            return graph
+        return TieredGraph(graph, self.background, capture, args, synchronize, self.name)
 
     def reset_counts(self) -> None:
         for counter in self.counts.values():

@@ -18,6 +18,8 @@ from typing import Any
 
 from torch._dynamo.utils import counters as DYNAMO_COUNTERS
 
+from npugraph_ex.capture.tiers import TieredGraph
+
 
 @dataclass
 class GraphStats:
@@ -28,8 +30,10 @@ class GraphStats:
     live: Callable[[], dict[str, Any]] = dict
     """What the graph holds now, read from its capture manager: ``keys`` (per live key, its
     replays since the counters restarted, kernels per replay and the bytes it needs in its
-    pool), ``pools`` (bytes held by each pool its keys draw from, by pool identity), and the
-    ``static_kernels`` and ``key_specialisation`` outcomes of its keys' programs."""
+    pool), ``pools`` (bytes held by each pool its keys draw from, by pool identity), the
+    ``static_kernels`` and ``key_specialisation`` outcomes of its keys' programs, and with
+    background compiles (``background``) how many keys are in each state of ``tiers``:
+    ``aten``, ``pending``, ``trial``, ``kernels``, ``aten kept: <why>``."""
     captures: int = 0
     """Keys captured (a recapture counts here too)."""
     recaptures: Counter = field(default_factory=Counter)
@@ -99,6 +103,7 @@ class GraphStats:
             "capture_seconds": round(self.capture_seconds, 6),
             "static_kernels": dict(live.get("static_kernels", {})),
             "key_specialisation": dict(live.get("key_specialisation", {})),
+            "background": dict(live.get("background", {})),
             "live_keys": len(keys),
             "pool_bytes": sum(pools.values()),
             "pools": len(pools),
@@ -164,7 +169,10 @@ def live_view(manager: Any) -> Callable[[], dict[str, Any]]:
         held = ref()
         if held is None:
             return {}
-        keys = {entry.label: key_info(entry) for entry in held.entries.values()}
-        return {"keys": keys, "pools": held.pool_bytes(), **held.programs.counts}
+        entries = held.entries.values()
+        keys = {entry.label: key_info(entry) for entry in entries}
+        tiers = Counter(e.graph.state for e in entries if isinstance(e.graph, TieredGraph))
+        counts = {**held.programs.counts, "background": tiers}
+        return {"keys": keys, "pools": held.pool_bytes(), **counts}
 
     return live

@@ -77,43 +77,50 @@ class StaticKernelCompiler:
         return run, outcome
 
     def lower(self, args: Sequence[Any]) -> Any:
-        from torch._inductor.compile_fx import compile_fx_inner
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        return lower(self.gm, args, self.device_type, self.use_cache)
 
-        scopes = scopes_in(self.gm.graph)
-        if scopes:
-            raise CaptureError(
-                f"the graph holds npugraph_ex.scope blocks ({', '.join(scopes)}), "
-                "which Inductor cannot lower"
-            )
 
+def lower(
+    gm: torch.fx.GraphModule,
+    args: Sequence[Any],
+    device_type: str,
+    use_cache: bool,
+    fake_mode: Any = None,
+) -> Any:
+    """Inductor's compiled ``gm`` for inputs like ``args`` (only their sizes, strides, dtypes
+    and devices are read, and the ints' values); ``args`` may be fake tensors of ``fake_mode``
+    already (a background worker's, which has no real inputs)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    scopes = scopes_in(gm.graph)
+    if scopes:
+        raise CaptureError(
+            f"the graph holds npugraph_ex.scope blocks ({', '.join(scopes)}), "
+            "which Inductor cannot lower"
+        )
+    if fake_mode is None:
         # Inductor's FX graph cache needs a shape env in the tracing context, even when every
         # size is static.
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
-        fake_args = [
+        args = [
             fake_mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
             for a in args
         ]
-        context = torch._guards.TracingContext(fake_mode)
-        with (
-            torch._guards.tracing(context),
-            torch._inductor.config.patch(self.inductor_options()),
-            onednn_linear_as_extern_call(),
-        ):
-            static_gm = specialise(self.gm, fake_args, fake_mode)
-            return compile_fx_inner(
-                static_gm,
-                fake_args,
-                cpp_wrapper=platform_for(self.device_type).cpp_wrapper(),
-                is_inference=True,
-            )
-
-    def inductor_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"cpp_wrapper": platform_for(self.device_type).cpp_wrapper()}
-        if not self.use_cache:
-            options.update(fx_graph_cache=False, force_disable_caches=True)
-        return options
+    fake_args = list(args)
+    cpp_wrapper = platform_for(device_type).cpp_wrapper()
+    options: dict[str, Any] = {"cpp_wrapper": cpp_wrapper}
+    if not use_cache:
+        options.update(fx_graph_cache=False, force_disable_caches=True)
+    context = torch._guards.TracingContext(fake_mode)
+    with (
+        torch._guards.tracing(context),
+        torch._inductor.config.patch(options),
+        onednn_linear_as_extern_call(),
+    ):
+        static_gm = specialise(gm, fake_args, fake_mode)
+        return compile_fx_inner(static_gm, fake_args, cpp_wrapper=cpp_wrapper, is_inference=True)
 
 
 @contextlib.contextmanager

@@ -32,9 +32,7 @@ from npugraph_ex.runtime.cpu.memory import storage_key
 from npugraph_ex.runtime.cpu.program import StraightLine, map_arguments
 
 
-def share_equal_views(
-    replay: StraightLine, arena: torch.UntypedStorage, moving: set[int]
-) -> None:
+def share_equal_views(replay: StraightLine, arena: torch.UntypedStorage, moving: set[int]) -> None:
     """Bind one tensor object wherever the steps of ``replay`` pass views of one place (see the
     module docstring); ``moving`` holds the :func:`storage_key` of the storages whose views are
     re-pointed one by one."""

@@ -1,0 +1,196 @@
+"""Compiled kernels for hot keys, made in a worker process while the ATen replay serves.
+
+``static_kernel_compile="background"``: a key replays its ATen kernels from its first call.
+Once it is hot (``background_compile_after`` replays), its graph is sent to a worker process in
+the compile cache's format (``graph_bytes``: no fake values), with the key's input layouts; the
+worker traces it with those static sizes and lowers it with Inductor, exactly as
+``static_kernel_compile=True`` does in the serving process, and sends back Inductor's compiled
+graph, serialised; a thread of the serving process loads it (about 2 ms, a second the first
+time in a process), and the key swaps it in at a call boundary: the compile takes neither the
+serving thread nor, but for the load, its GIL.
+
+    serving thread:  replay  replay ... replay(8th) -> request  replay ...  ready? -> load, swap
+    worker process:                                     trace, lower (seconds)  -> bytes
+
+At most ``background_compiles_in_flight`` compiles run at once, process-wide (one worker process
+each); a hot key beyond them asks again at its next replay. A compile that fails, or a worker that
+dies, leaves the key on its ATen replay and says why once. Workers are fresh interpreters
+(``compile_worker``: a fork or spawn of the serving process would run the user's script again),
+killed when the serving process exits, compiles in flight or not. They inherit its environment,
+so its Inductor cache (``TORCHINDUCTOR_CACHE_DIR``): a later process compiling the same graph for
+the same sizes loads the kernels from disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.fx
+
+from npugraph_ex.kernels.compile_worker import read_message, write_message
+from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
+from npugraph_ex.kernels.static_compile import lower
+
+log = logging.getLogger(__name__)
+
+InputSpec = tuple[Any, ...]
+"""A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
+
+
+def input_specs(args: Sequence[Any]) -> list[InputSpec]:
+    return [
+        ("tensor", tuple(a.shape), tuple(a.stride()), a.dtype, a.device.type)
+        if isinstance(a, torch.Tensor)
+        else ("value", a)
+        for a in args
+    ]
+
+
+def compile_in_worker(graph: bytes, specs: list[InputSpec], device: str, use_cache: bool) -> bytes:
+    """In the worker: the graph lowered for inputs like ``specs``, as Inductor's compiled graph
+    serialised for the serving process."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    with fake_mode:  # the inputs' layouts, without their memory
+        args = [
+            torch.empty_strided(spec[1], spec[2], dtype=spec[3], device=spec[4])
+            if spec[0] == "tensor"
+            else spec[1]
+            for spec in specs
+        ]
+    compiled = lower(load_graph(graph), args, device, use_cache, fake_mode)
+    compiled.prepare_for_serialization()
+    return GraphPickler.dumps(compiled)
+
+
+def load_compiled(data: bytes) -> Callable[..., Any]:
+    """The compiled graph a worker sent, ready to call like the FX graph (positional inputs)."""
+    import torch._inductor.debug  # noqa: F401  (a compiled graph's call reads it)
+    from torch._inductor.output_code import CompiledFxGraphConstants
+    from torch._subclasses import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+
+    compiled = GraphPickler.loads(data, FakeTensorMode())
+    compiled.after_deserialization(CompiledFxGraphConstants())
+
+    def run(*inputs: Any) -> Any:
+        # Inductor's calling convention: one list, which the callee may clear.
+        return compiled(list(inputs))
+
+    return run
+
+
+class Worker:
+    """One worker process (``compile_worker``) and the compile it runs, if any."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "npugraph_ex.kernels.compile_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.future: Future | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def start(self, request: tuple[Any, ...], future: Future) -> None:
+        self.future = future
+        write_message(self.process.stdin, request)
+        threading.Thread(target=self.wait, name="npugraph_ex-compile", daemon=True).start()
+
+    def wait(self) -> None:
+        """On this worker's thread: the reply, loaded (the first load in a process builds and
+        imports Inductor's bindings, about a second, which the serving thread must not wait
+        for)."""
+        reply = read_message(self.process.stdout)
+        future, self.future = self.future, None
+        if reply is None:
+            future.set_exception(RuntimeError("the compile worker process exited"))
+        elif not reply[0]:
+            future.set_exception(RuntimeError(reply[1]))
+        else:
+            try:
+                future.set_result(load_compiled(reply[1]))
+            except Exception as error:  # a result this process cannot load: ATen stays
+                future.set_exception(error)
+
+    def stop(self) -> None:
+        if self.alive:
+            self.process.kill()
+            self.process.wait()
+
+
+class Workers:
+    """The process-wide worker processes, one per compile in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.workers: list[Worker] = []
+
+    def submit(self, limit: int, *request: Any) -> Future | None:
+        """A compile of ``request`` started, or None while ``limit`` compiles are in flight."""
+        with self.lock:
+            self.workers = [w for w in self.workers if w.alive or w.future is not None]
+            idle = [w for w in self.workers if w.future is None]
+            if not idle and len(self.workers) >= limit:
+                return None
+            worker = idle[0] if idle else Worker()
+            if not idle:
+                self.workers.append(worker)
+            future: Future = Future()
+            try:
+                worker.start(request, future)
+            except OSError as error:  # the worker died before it took the request
+                worker.future = None
+                future.set_exception(error)
+        return future
+
+    def shutdown(self) -> None:
+        with self.lock:
+            workers, self.workers = self.workers, []
+        for worker in workers:
+            worker.stop()
+
+
+WORKERS = Workers()
+atexit.register(WORKERS.shutdown)
+
+
+class BackgroundKernels:
+    """The background compiles of one graph's keys (see the module docstring)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, device_type: str, config: Any):
+        self.gm = gm
+        self.device_type = device_type
+        self.use_cache = not config.disable_static_kernel_compile_cache
+        self.after = config.background_compile_after
+        self.limit = config.background_compiles_in_flight
+        self.min_gain = config.background_min_gain
+        self.chooses = config.static_kernels_for
+        self.graph: bytes | None = None
+        """The graph in the cache's format, made at the first request."""
+
+    def request(self, args: Sequence[Any]) -> Future | None:
+        """Start compiling kernels for inputs like ``args``: a future of them, callable like the
+        graph; None while the workers are busy."""
+        if self.graph is None:
+            self.graph = pickle_graph(self.gm)
+        specs = input_specs(args)
+        return WORKERS.submit(self.limit, self.graph, specs, self.device_type, self.use_cache)
+
+    def wants(self, args: Sequence[Any]) -> bool:
+        return self.chooses([a for a in args if type(a) is int])

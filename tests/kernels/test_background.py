@@ -1,0 +1,155 @@
+"""``static_kernel_compile="background"``: hot keys get compiled kernels from a worker process,
+swapped in at a call boundary and kept only where faster.
+
+Each swap waits for a real Inductor compile in a worker (seconds on small machines), so the
+graphs here are tiny and share one Inductor cache directory across the tests."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from helpers import graphs_called
+from npugraph_ex.kernels.background import WORKERS
+
+SETTLE_SECONDS = 240
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+
+
+def compiled(
+    model: torch.nn.Module, dynamic: bool | None = None, **options: object
+) -> Callable[..., torch.Tensor]:
+    options = {"static_kernel_compile": "background", "background_compile_after": 2, **options}
+    return torch.compile(model, backend="npugraph_ex", dynamic=dynamic, options=options)
+
+
+def tiers() -> dict[str, int]:
+    (graph,) = graphs_called()
+    return graph["background"]
+
+
+def call_until_settled(fn: Callable[..., torch.Tensor], model: torch.nn.Module) -> int:
+    """Call with new inputs until the key leaves ATen or the trial, checking every result
+    against eager; the calls made."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    calls = 0
+    while time.monotonic() < deadline:
+        x = torch.randn(4, 32)
+        torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
+        calls += 1
+        if not {"aten", "pending", "trial"} & set(tiers()):
+            return calls
+        time.sleep(0.01)
+    raise AssertionError(f"no decision after {SETTLE_SECONDS} s: {tiers()}")
+
+
+@torch.no_grad()
+def test_a_hot_key_swaps_in_its_kernels_with_eagers_results() -> None:
+    model = mlp()
+    fn = compiled(model)
+    x = torch.randn(4, 32)
+    fn(x)
+    assert tiers() == {"aten": 1}  # the first calls replay ATen kernels
+    calls = call_until_settled(fn, model)
+    (graph,) = graphs_called()
+    assert graph["background"] == {"kernels": 1}, graph["background"]
+    assert graph["captures"] == 1 and graph["eager_calls"] == {}
+    assert calls >= 2 * 5  # the trial ran both forms on real calls
+    (key,) = graph["keys"].values()
+    assert key["pool_bytes"] == 0  # the ATen graph's memory is gone with it
+
+
+@torch.no_grad()
+def test_kernels_not_faster_by_the_gain_asked_keep_the_aten_replay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = mlp()
+    fn = compiled(model, background_min_gain=1000.0)
+    with caplog.at_level(logging.INFO, logger="npugraph_ex"):
+        call_until_settled(fn, model)
+    assert tiers() == {"aten kept: slower": 1}
+    (graph,) = graphs_called()
+    (key,) = graph["keys"].values()
+    assert key["kernels"] > 0  # the ATen replay's steps
+    assert any("background kernels slower" in r.getMessage() for r in caplog.records)
+
+
+@torch.no_grad()
+def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = mlp()
+    fn = compiled(model, background_compile_after=1)
+    x = torch.randn(4, 32)
+    fn(x)
+    fn(x)  # hot: the compile starts
+    assert tiers() == {"pending": 1}
+    WORKERS.shutdown()  # kills the worker mid-compile
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        call_until_settled(fn, model)
+        call_until_settled(fn, model)
+    assert tiers() == {"aten kept: failed": 1}
+    said = [r.getMessage() for r in caplog.records if "background kernels failed" in r.getMessage()]
+    assert len(said) == 1 and "the compile worker process exited" in said[0]
+
+
+@torch.no_grad()
+def test_keys_past_the_capture_limit_are_never_queued() -> None:
+    model = mlp()
+    fn = compiled(model, dynamic=True, capture_limit=1, background_compile_after=10**6)
+    for rows in (2, 3, 3, 2):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(fn(x), model(x))
+    (graph,) = graphs_called()
+    assert graph["background"] == {"aten": 1}  # one key; the other runs eagerly, unqueued
+    assert graph["eager_calls"] == {"capture_limit": 2}
+
+
+@torch.no_grad()
+def test_keys_not_chosen_by_sym_values_never_compile() -> None:
+    model = mlp()
+    fn = compiled(model, dynamic=True, _vllm_aclnn_static_kernel_sym_range=[8])
+    x = torch.randn(4, 32)
+    for _ in range(3):
+        torch.testing.assert_close(fn(x), model(x))
+    assert tiers() == {"aten kept: not chosen": 1}
+
+
+EXITS_WITH_A_COMPILE_IN_FLIGHT = """
+import time, torch
+model = torch.nn.Linear(32, 32)
+fn = torch.compile(model, backend="npugraph_ex",
+                   options={"static_kernel_compile": "background", "background_compile_after": 1})
+with torch.no_grad():
+    for _ in range(3):
+        fn(torch.randn(4, 32))
+from npugraph_ex.kernels.background import WORKERS
+print(*[w.process.pid for w in WORKERS.workers])
+"""
+
+
+def test_the_process_exits_cleanly_with_a_compile_in_flight() -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(EXITS_WITH_A_COMPILE_IN_FLIGHT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    (pid,) = map(int, done.stdout.split())
+    alive = subprocess.run(["kill", "-0", str(pid)], capture_output=True, check=False)
+    assert alive.returncode != 0  # the worker went with its process
