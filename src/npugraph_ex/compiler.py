@@ -163,7 +163,11 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
     warn_unapplied_scopes(gm, facts.device_type, lowered.name)
     tier = config.static_kernel_compile
     kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
-    background = BackgroundKernels(gm, facts.device_type, config) if tier == "background" else None
+    background = (
+        BackgroundKernels(gm, facts.device_type, config, runtime.synchronize)
+        if tier == "background"
+        else None
+    )
     dumper = TensorDumper(config, lowered.name) if config.dump_tensor_data else None
     dumps_replays = dumper is not None and lowered.original is None
     programs = KeyPrograms(

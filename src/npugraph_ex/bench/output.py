@@ -71,7 +71,10 @@ def table(result: WorkloadResult, device: str) -> str:
     names = list(result.compile_args)
     text = format_table(headers(result, device), [row(result, n) for n in names])
     errors = [f"{name} failed: {error}" for name, error in result.failed.items()]
-    return "\n".join([text, *errors])
+    settled = [
+        v.settling.describe(name) for name, v in result.variants.items() if v.settling is not None
+    ]
+    return "\n".join([text, *errors, *settled])
 
 
 NOTES = (

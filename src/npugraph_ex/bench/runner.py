@@ -19,6 +19,7 @@ import torch
 from npugraph_ex.bench.graphs import CaptureSummary, live_graph_numbers, managers_since, summarise
 from npugraph_ex.bench.memory import MemoryMeter
 from npugraph_ex.bench.progress import Progress
+from npugraph_ex.bench.settling import CallTimes, Settling, settle
 from npugraph_ex.bench.timing import interleaved, median, spread
 from npugraph_ex.bench.variants import BASELINE, VARIANTS, Variant
 from npugraph_ex.bench.workload import Agreement, Generation, Run, Workload, agreement
@@ -38,7 +39,11 @@ FIELDS = (
     "tokens_checked",
     "max_abs_logit_diff",
 )
-"""Every variant's figures in the JSON record (all None, plus ``error``, for a failed one)."""
+"""Every variant's figures in the JSON record (all None, plus ``error``, for a failed one); a
+variant that settles adds ``settling.Settling.record()``'s."""
+
+SETTLE_LIMIT_S = 600.0
+"""Longest a variant may take to settle before it is timed as it is."""
 
 
 @dataclass
@@ -52,6 +57,7 @@ class VariantResult:
     per_repeat_s: list[float]
     capture: CaptureSummary | None = None
     agreement: Agreement | None = None
+    settling: Settling | None = None
 
 
 @dataclass
@@ -101,6 +107,7 @@ class WorkloadResult:
             "tokens_agree": match.agree if match else checked,
             "tokens_checked": match.checked if match else checked,
             "max_abs_logit_diff": match.max_abs_logit_diff if match else 0.0,
+            **(result.settling.record() if result.settling else {}),
         }
 
 
@@ -119,6 +126,7 @@ class FirstRun:
     run: Run
     result: VariantResult
     managers: list[Any]
+    calls: CallTimes | None = None
 
 
 def compile_args(workload: Workload, variant: Variant) -> dict[str, Any] | None:
@@ -132,7 +140,9 @@ def compile_args(workload: Workload, variant: Variant) -> dict[str, Any] | None:
 def first_run(workload: Workload, variant: Variant, device: str, progress: Progress) -> FirstRun:
     """Prepare ``variant``'s step and run it the first time, measuring time and memory."""
     args = compile_args(workload, variant)
-    run = workload.bind(variant.prepare(workload.step(), args))
+    prepared = variant.prepare(workload.step(), args)
+    calls = CallTimes(prepared) if variant.settles else None
+    run = workload.bind(calls or prepared)
     gc.collect()
     before = live_graph_numbers()
     meter = MemoryMeter(device)
@@ -142,7 +152,8 @@ def first_run(workload: Workload, variant: Variant, device: str, progress: Progr
         seconds, generation = run.first(advance)
     memory = meter.stop()
     managers = managers_since(before) if variant.captures else []
-    return FirstRun(run, VariantResult(variant, seconds, memory, generation, []), managers)
+    result = VariantResult(variant, seconds, memory, generation, [])
+    return FirstRun(run, result, managers, calls)
 
 
 def first_runs(
@@ -167,6 +178,11 @@ def run_workload(
 ) -> WorkloadResult:
     """First runs of every variant, then ``repeats`` interleaved timed rounds after one warm-up."""
     firsts, failed = first_runs(workload, names, device, progress)
+    for name, first in firsts.items():
+        if first.calls is not None:
+            with progress.phase(f"{workload.name}: {name}, until its keys settle"):
+                limit = SETTLE_LIMIT_S
+                first.result.settling = settle(first.run.block, first.calls, first.managers, limit)
     blocks = {name: first.run.block for name, first in firsts.items()}
     label = f"{workload.name}: timing {len(blocks)} variants, {repeats} interleaved repeats"
     with progress.phase(label, total=repeats + 1) as advance:

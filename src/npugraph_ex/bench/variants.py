@@ -36,6 +36,9 @@ class Variant:
     cached: bool = False
     """Compiled by ``npugraph_ex.inference.cache_compile`` on an empty folder (a cold start)
     instead of ``torch.compile``."""
+    settles: bool = False
+    """Its keys change form while it serves (background compiles): it runs until they settle,
+    timed call by call, before the timed rounds (``settling``)."""
 
     @property
     def compiled(self) -> bool:
@@ -83,6 +86,13 @@ VARIANTS: dict[str, Variant] = {
             backend="npugraph_ex",
             options={"static_kernel_compile": True},
             captures=True,
+        ),
+        Variant(
+            "npugraph_ex+background",
+            backend="npugraph_ex",
+            options={"static_kernel_compile": "background"},
+            captures=True,
+            settles=True,
         ),
         Variant("npugraph_ex+cache_compile", backend="npugraph_ex", captures=True, cached=True),
         Variant(

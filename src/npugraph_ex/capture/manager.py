@@ -10,6 +10,7 @@ one execution of the graph: warm-up runs before a capture are undone on the inpu
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from npugraph_ex.debug.profiling import profiled
 from npugraph_ex.errors import first_line
 from npugraph_ex.runtime.base import Capture, CapturedGraph, DeviceRuntime, Program, as_output_list
 from npugraph_ex.runtime.output_copies import copied_outputs
+from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class CaptureManager:
         self.facts = facts
         self.config = config
         self.runtime = runtime
+        self.platform = platform_for(facts.device_type)
         self.layout = io.InputLayout(facts, frozen=config.frozen_parameter)
         self.pools = PoolPolicy(config, runtime)
         self.entries: dict[tuple, CapturedKey] = {}
@@ -163,12 +166,8 @@ class CaptureManager:
                 return self.after_failed_capture(args, error)
             self.stats.capture_seconds += time.perf_counter() - started
             self.captures_made += 1
-            graph = self.programs.tiered(
-                captured.graph,
-                lambda program: self.capture_staged(staged, pool, program),
-                staged.args,
-                self.runtime.synchronize,
-            )
+            capture_again = functools.partial(self.capture_staged, staged, pool)
+            graph = self.programs.tiered(captured.graph, capture_again, staged.args)
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))
@@ -200,7 +199,7 @@ class CaptureManager:
         try:
             if lock is not None:
                 lock.acquire()
-            if self.config.num_warmup_iters:
+            if self.config.num_warmup_iters and self.platform.warms_up(program.kind):
                 self.runtime.warmup(program.fn, staged.args, self.config.num_warmup_iters)
                 io.restore(saved)
             owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()

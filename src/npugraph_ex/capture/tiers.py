@@ -43,7 +43,6 @@ class TieredGraph(CapturedGraph):
         background: BackgroundKernels,
         capture: Callable[[Program], Capture],
         args: Sequence[Any],
-        synchronize: Callable[[], None],
         name: str,
     ):
         self.aten = aten
@@ -51,7 +50,6 @@ class TieredGraph(CapturedGraph):
         self.background = background
         self.capture = capture
         self.args = args
-        self.synchronize = synchronize
         self.name = name
         self.state = "aten" if background.wants(args) else "aten kept: not chosen"
         self.settled = self.state != "aten"
@@ -98,7 +96,7 @@ class TieredGraph(CapturedGraph):
         graph = self.kernels if form == "kernels" else self.aten
         started = time.perf_counter()
         outputs = graph.replay()
-        self.synchronize()
+        self.background.synchronize()
         self.times[form].append(time.perf_counter() - started)
         if len(aten) >= TRIAL_CALLS and len(kernels) >= TRIAL_CALLS:
             self.decide(statistics.median(kernels), statistics.median(aten))

@@ -173,7 +173,13 @@ atexit.register(WORKERS.shutdown)
 class BackgroundKernels:
     """The background compiles of one graph's keys (see the module docstring)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, device_type: str, config: Any):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        device_type: str,
+        config: Any,
+        synchronize: Callable[[], None],
+    ):
         self.gm = gm
         self.device_type = device_type
         self.use_cache = not config.disable_static_kernel_compile_cache
@@ -181,6 +187,8 @@ class BackgroundKernels:
         self.limit = config.background_compiles_in_flight
         self.min_gain = config.background_min_gain
         self.chooses = config.static_kernels_for
+        self.synchronize = synchronize
+        """Waits for the device's queued work (a timed call ends when its kernels do)."""
         self.graph: bytes | None = None
         """The graph in the cache's format, made at the first request."""
 

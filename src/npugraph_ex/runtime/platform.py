@@ -108,6 +108,12 @@ class Platform:
         they replace on this device (``passes/patterns/eager_attention``, ``rms_norm``)."""
         return frozenset()
 
+    def warms_up(self, kind: str) -> bool:
+        """Whether a capture of a program of ``kind`` (``Program.kind``) is preceded by the
+        ``num_warmup_iters`` eager runs: a device graph records what lazily made library state
+        would otherwise be made during the recording."""
+        return True
+
     def limits_cores(self) -> bool:
         """Whether a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the
         ops inside run on fewer cores; elsewhere the scope only bounds the passes (the compiler

@@ -102,6 +102,10 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     dispatch_key = "CPU"
 
+    def warms_up(self, kind: str) -> bool:
+        # Compiled kernels are called, not recorded: their capture is their first run.
+        return kind != "kernels"
+
     def limits_cores(self) -> bool:
         return True  # the replay engine re-issues the scope's edges: intra-op threads
 
