@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from helpers import graphs_called
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.kernels.background import WORKERS
 
 SETTLE_SECONDS = 240
@@ -153,3 +154,30 @@ def test_the_process_exits_cleanly_with_a_compile_in_flight() -> None:
     (pid,) = map(int, done.stdout.split())
     alive = subprocess.run(["kill", "-0", str(pid)], capture_output=True, check=False)
     assert alive.returncode != 0  # the worker went with its process
+
+
+@torch.no_grad()
+def test_a_key_captured_again_reuses_its_kernels() -> None:
+    def accumulate(x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        total.add_(x.relu())
+        return total * 2
+
+    before = live_graph_numbers()
+    fn = compiled(accumulate, background_compile_after=1)
+    total = torch.zeros(4, 8)
+    x = torch.randn(4, 8)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    fn(x, total)
+    while "kernels" not in tiers() and time.monotonic() < deadline:
+        fn(x, total)
+    assert tiers() == {"kernels": 1}
+    moved = total.clone()  # the written input at a new address: the key is captured again
+    expected = (moved + x.relu()) * 2
+    torch.testing.assert_close(fn(x, moved), expected)
+    while "kernels" not in tiers() and time.monotonic() < deadline:
+        fn(x, moved)
+    (graph,) = graphs_called()
+    assert graph["recaptures"] == {"mutated input moved": 1}
+    assert graph["background"] == {"kernels": 1}
+    (manager,) = managers_since(before)
+    assert manager.programs.background.compiles == 1

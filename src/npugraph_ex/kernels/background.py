@@ -37,7 +37,7 @@ import torch.fx
 
 from npugraph_ex.kernels.compile_worker import read_message, write_message
 from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
-from npugraph_ex.kernels.static_compile import lower
+from npugraph_ex.kernels.static_compile import input_signature, lower
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +191,26 @@ class BackgroundKernels:
         """Waits for the device's queued work (a timed call ends when its kernels do)."""
         self.graph: bytes | None = None
         """The graph in the cache's format, made at the first request."""
+        self.made: dict[tuple, Future] = {}
+        """Compiles by input layouts: a key captured again (an input moved) reuses its own."""
+        self.compiles = 0
+        """Compiles sent to a worker for this graph."""
 
     def request(self, args: Sequence[Any]) -> Future | None:
         """Start compiling kernels for inputs like ``args``: a future of them, callable like the
         graph; None while the workers are busy."""
+        signature = input_signature(args)
+        made = self.made.get(signature)
+        if made is not None and not (made.done() and made.exception() is not None):
+            return made
         if self.graph is None:
             self.graph = pickle_graph(self.gm)
         specs = input_specs(args)
-        return WORKERS.submit(self.limit, self.graph, specs, self.device_type, self.use_cache)
+        future = WORKERS.submit(self.limit, self.graph, specs, self.device_type, self.use_cache)
+        if future is not None:
+            self.made[signature] = future
+            self.compiles += 1
+        return future
 
     def wants(self, args: Sequence[Any]) -> bool:
         return self.chooses([a for a in args if type(a) is int])
