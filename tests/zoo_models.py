@@ -4,7 +4,8 @@
 ``decoder`` (a causal LM), ``encoder`` (masked LM over a padded batch), ``seq2seq`` (encoder and
 decoder over given decoder ids) or ``vision`` (image classification). ``check_forward`` and
 ``check_generate`` run one model eagerly and under npugraph_ex and return what happened: the
-outputs of both, the largest difference and the capture counters of the compiled calls.
+outputs of both, the largest difference and the capture counters of the compiled calls; for the
+table, ``check_forward`` also times eager calls against replays.
 ``tests/e2e/test_zoo.py`` asserts on those results; run as a script, this module writes the
 table of ``docs/zoo.md``::
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import time
 from collections import Counter
@@ -40,6 +42,13 @@ MAX_CACHE_LEN = 32
 IMAGE_SIZE = 16
 CALLS = 3
 """Forward calls per check, each with new inputs of one shape: one capture, then replays."""
+DYNAMIC_BATCHES = (BATCH, BATCH + 1, BATCH, BATCH + 1)
+"""Batch sizes of the ``dynamic=True`` forward check: one graph, a key per size, then replays
+(not 1, which Dynamo specialises into a graph of its own)."""
+TIMED_CALLS = 21
+"""Eager calls and replays, interleaved, whose medians the table reports."""
+CALIBRATION_BATCH, CALIBRATION_SEED = 8, 1000
+"""The random images that set a vision model's BatchNorm statistics (``calibrate_batch_norms``)."""
 
 TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 """Special tokens inside the tiny vocabulary (several configs default to ids past it)."""
@@ -68,12 +77,44 @@ class ZooModel:
     """npugraph_ex options of the forward check beyond the defaults."""
     fallbacks: dict[str, str] = field(default_factory=dict)
     """Check name -> why one of its graphs runs eagerly (a host sync in the model's own code)."""
+    image_size: int = IMAGE_SIZE
+    """Side of the square images a ``vision`` model is given."""
+    dynamic: bool = False
+    """Also checked compiled with ``dynamic=True`` over the batch sizes of ``DYNAMIC_BATCHES``."""
 
     def build(self) -> torch.nn.Module:
         import transformers
 
         model_class = getattr(transformers, self.model_class)
-        return seeded(lambda: model_class(self.config()), 0)
+        model = seeded(lambda: model_class(self.config()), 0)
+        if self.kind == "vision":
+            calibrate_batch_norms(model, self.image_size)
+        return model
+
+
+@torch.no_grad()
+def calibrate_batch_norms(model: torch.nn.Module, image_size: int) -> None:
+    """Give ``model``'s BatchNorm layers what training would: scale 1, shift 0 and the running
+    statistics of one batch of random images (those layers alone in train mode for it).
+
+    A fresh layer's statistics (mean 0, variance 1) do not normalise, and EfficientNet and
+    MobileViT draw the scale from N(0, 0.02): with random weights each layer then shrinks the
+    activations, MobileNetV2's logits come out near 1e-26 and MobileViT's exactly 0, and a
+    comparison within a tolerance says nothing about them.
+    """
+    kinds = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)
+    norms = [module for module in model.modules() if isinstance(module, kinds)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.reset_parameters()
+        norm.momentum = None  # a cumulative average: one batch's statistics exactly
+        norm.train()
+    generator = torch.Generator().manual_seed(CALIBRATION_SEED)
+    images = torch.randn(CALIBRATION_BATCH, 3, image_size, image_size, generator=generator)
+    model(pixel_values=images)
+    for norm in norms:
+        norm.eval()
 
 
 def config(name: str, **kwargs: Any) -> Callable[[], Any]:
@@ -87,7 +128,22 @@ def config(name: str, **kwargs: Any) -> Callable[[], Any]:
     return build
 
 
+def vision(name: str, image_size: int, dynamic: bool = False, **kwargs: Any) -> ZooModel:
+    """``<name>ForImageClassification`` (10 labels) over ``image_size`` x ``image_size`` images,
+    from ``<name>Config(**kwargs)`` (a config without an ``image_size`` field keeps it as a plain
+    attribute)."""
+    return ZooModel(
+        config(f"{name}Config", image_size=image_size, num_labels=10, **kwargs),
+        f"{name}ForImageClassification",
+        "vision",
+        image_size=image_size,
+        dynamic=dynamic,
+    )
+
+
 STATIC_KERNELS = {"static_kernel_compile": True}
+TINY_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, patch_size=4)
+"""Sizes shared by the ViT-style encoders after ``vit``: 16 patches of 4x4 and a class token."""
 
 ZOO: dict[str, ZooModel] = {
     "llama": ZooModel(config("LlamaConfig", **LLAMA_LIKE), "LlamaForCausalLM", "decoder"),
@@ -258,23 +314,97 @@ ZOO: dict[str, ZooModel] = {
         "vision",
         STATIC_KERNELS,
     ),
+    # Convolutional networks: a stem and two or three stages of 8 to 64 channels.
+    "resnet": vision(
+        "ResNet",
+        32,
+        dynamic=True,
+        embedding_size=16,
+        hidden_sizes=[32, 64],
+        depths=[1, 1],
+        layer_type="bottleneck",
+    ),
+    "convnext": vision(
+        "ConvNext", 32, dynamic=True, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1]
+    ),
+    "convnextv2": vision("ConvNextV2", 32, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1]),
+    "regnet": vision(
+        "RegNet", 32, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8
+    ),
+    "mobilenet_v2": vision("MobileNetV2", 32, depth_multiplier=0.25, finegrained_output=False),
+    "efficientnet": vision(
+        "EfficientNet",
+        32,
+        width_coefficient=0.25,
+        depth_coefficient=1.0,
+        kernel_sizes=[3, 5],
+        in_channels=[32, 16],
+        out_channels=[16, 24],
+        strides=[1, 2],
+        num_block_repeats=[1, 2],
+        expand_ratios=[1, 6],
+        hidden_dim=320,  # the top convolution's width: 1280 x width_coefficient
+    ),
+    "poolformer": vision(
+        "PoolFormer",
+        32,
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        hidden_sizes=[16, 32],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        padding=[2, 1],
+    ),
+    # Attention over patches or windows, some with convolutions around it.
+    "swin": vision(
+        "Swin",
+        32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[2, 1],  # the second block of the first stage shifts its windows (masked)
+        num_heads=[2, 4],
+        window_size=4,
+    ),
+    "levit": vision(
+        "Levit",
+        64,  # its stem downsamples 16 times: 4x4 tokens, then 2x2 and 1x1
+        hidden_sizes=[32, 48, 64],
+        num_attention_heads=[2, 3, 4],
+        depths=[1, 1, 1],
+        key_dim=[8, 8, 8],
+        mlp_ratio=[2, 2, 2],
+        attention_ratio=[2, 2, 2],
+    ),
+    "mobilevit": vision(
+        "MobileViT",
+        64,  # 32 times downsampled at the end: 2x2 patches still fit
+        hidden_sizes=[16, 24, 32],
+        neck_hidden_sizes=[8, 8, 16, 16, 16, 24, 48],
+        num_attention_heads=2,
+    ),
+    "deit": vision("DeiT", IMAGE_SIZE, dynamic=True, **TINY_VIT, intermediate_size=64),
+    "beit": vision(
+        "Beit", IMAGE_SIZE, **TINY_VIT, intermediate_size=64, use_relative_position_bias=True
+    ),
+    "dinov2": vision("Dinov2", IMAGE_SIZE, **TINY_VIT, mlp_ratio=2),
 }
 
 
-def forward_inputs(kind: str, seed: int) -> dict[str, Any]:
-    """One call's keyword arguments for a model of ``kind``; ``seed`` changes values, not shapes."""
+def forward_inputs(entry: ZooModel, seed: int, batch: int = BATCH) -> dict[str, Any]:
+    """One call's keyword arguments for ``entry``; ``seed`` changes values, not shapes."""
     generator = torch.Generator().manual_seed(seed)
-    if kind == "vision":
-        return {"pixel_values": torch.randn(BATCH, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)}
-    ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=generator)
-    if kind == "decoder":
+    if entry.kind == "vision":
+        size = entry.image_size
+        return {"pixel_values": torch.randn(batch, 3, size, size, generator=generator)}
+    ids = torch.randint(3, VOCAB, (batch, SEQ), generator=generator)
+    if entry.kind == "decoder":
         return {"input_ids": ids, "use_cache": False}
     # The second row is padded: the attention mask takes part in the graph.
-    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask = torch.ones(batch, SEQ, dtype=torch.long)
     mask[1, SEQ - 3 :] = 0
-    if kind == "encoder":
+    if entry.kind == "encoder":
         return {"input_ids": ids, "attention_mask": mask}
-    decoder_ids = torch.randint(3, VOCAB, (BATCH, DECODER_SEQ), generator=generator)
+    decoder_ids = torch.randint(3, VOCAB, (batch, DECODER_SEQ), generator=generator)
     return {
         "input_ids": ids,
         "attention_mask": mask,
@@ -290,6 +420,8 @@ class Check:
     compiled: list[torch.Tensor]
     eager: list[torch.Tensor]
     per_call: list[Counter[str]]
+    seconds: tuple[float, float] | None = None
+    """Median seconds of an eager call and of a replay, when the check was timed."""
 
     @property
     def counters(self) -> Counter[str]:
@@ -309,20 +441,35 @@ class Check:
 
 @torch.no_grad()
 def check_forward(
-    entry: ZooModel, options: dict[str, Any] | None = None, reference: str = "eager"
+    entry: ZooModel,
+    options: dict[str, Any] | None = None,
+    reference: str = "eager",
+    dynamic: bool = False,
+    timed: int = 0,
 ) -> Check:
     """``CALLS`` forward calls of one shape, compiled with ``options`` against ``reference``.
 
     ``reference="eager"`` is the model itself; ``"dynamo"`` is ``backend="eager"``, Dynamo's
     graph without AOTAutograd or npugraph_ex, which a replay without fusion patterns must equal
-    bit for bit.
+    bit for bit. ``dynamic=True`` compiles both with ``dynamic=True`` and calls them with the
+    batch sizes of ``DYNAMIC_BATCHES`` instead. ``timed`` > 0 then times that many eager calls
+    and replays of the last inputs (``time_replays``).
     """
     model = entry.build()
     compiled_model = torch.compile(
-        model, backend="npugraph_ex", fullgraph=True, options=dict(options or {})
+        model,
+        backend="npugraph_ex",
+        fullgraph=True,
+        dynamic=dynamic or None,
+        options=dict(options or {}),
     )
-    reference_model = model if reference == "eager" else torch.compile(model, backend="eager")
-    inputs = [forward_inputs(entry.kind, seed) for seed in range(CALLS)]
+    reference_model = (
+        model
+        if reference == "eager"
+        else torch.compile(model, backend="eager", dynamic=dynamic or None)
+    )
+    batches = DYNAMIC_BATCHES if dynamic else (BATCH,) * CALLS
+    inputs = [forward_inputs(entry, seed, batch) for seed, batch in enumerate(batches)]
     expected = [reference_model(**call).logits.clone() for call in inputs]
     got, per_call = [], []
     for call in inputs:
@@ -330,7 +477,26 @@ def check_forward(
         # A replay returns the graph's own memory: clone what must outlive the next call.
         got.append(compiled_model(**call).logits.clone())
         per_call.append(counts() - before)
-    return Check(got, expected, per_call)
+    seconds = time_replays(model, compiled_model, inputs[-1], timed) if timed else None
+    return Check(got, expected, per_call, seconds)
+
+
+def time_replays(
+    model: torch.nn.Module, compiled_model: Any, call: dict[str, Any], repeats: int
+) -> tuple[float, float]:
+    """Median wall-clock seconds of ``repeats`` eager calls and ``repeats`` replays of ``call``,
+    interleaved so that both see the same load on the machine."""
+    eager, replay = [], []
+    before = counts()
+    for _ in range(repeats):
+        for run, times in ((model, eager), (compiled_model, replay)):
+            start = time.perf_counter()
+            run(**call)
+            times.append(time.perf_counter() - start)
+    ran = counts() - before
+    if ran != Counter(replays=repeats):
+        raise RuntimeError(f"expected {repeats} timed replays, the compiled calls did {dict(ran)}")
+    return statistics.median(eager), statistics.median(replay)
 
 
 @contextlib.contextmanager
@@ -394,16 +560,19 @@ def check_generate(entry: ZooModel, cache: str) -> Check:
 
 
 CHECKS: dict[str, Callable[[ZooModel], Check]] = {
-    "forward": check_forward,
+    "forward": lambda entry: check_forward(entry, timed=TIMED_CALLS),
+    "forward, dynamic=True": lambda entry: check_forward(entry, dynamic=True, timed=TIMED_CALLS),
     "generate, default cache": lambda entry: check_generate(entry, "dynamic"),
     "generate, StaticCache": lambda entry: check_generate(entry, "static"),
-    "forward, static kernels": lambda entry: check_forward(entry, entry.options),
+    "forward, static kernels": lambda entry: check_forward(entry, entry.options, timed=TIMED_CALLS),
 }
 
 
 def checks_of(entry: ZooModel) -> list[str]:
     """The checks that apply to ``entry``, in table order."""
     names = ["forward"]
+    if entry.dynamic:
+        names.append("forward, dynamic=True")
     if entry.kind in ("decoder", "seq2seq"):
         names.append("generate, default cache")
     if entry.kind == "decoder":
@@ -447,7 +616,7 @@ def table_rows(names: list[str]) -> list[list[Any]]:
                 check = CHECKS[check_name](entry)
             except Exception as error:  # any failure: the table reports it
                 message = f"error: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
-                rows.append(head + ["-", "-", "-", message, "-", "NO"])
+                rows.append(head + ["-", "-", "-", message, "-", "NO", "-"])
                 continue
             counters = check.counters
             rows.append(
@@ -459,9 +628,18 @@ def table_rows(names: list[str]) -> list[list[Any]]:
                     why(counters, "eager:"),
                     f"{check.max_abs_diff:.3g}",
                     verdict(check_name, check),
+                    timing(check),
                 ]
             )
     return rows
+
+
+def timing(check: Check) -> str:
+    """``eager / replay`` medians in milliseconds and how many times faster the replay is."""
+    if check.seconds is None:
+        return "-"
+    eager, replay = check.seconds
+    return f"{eager * 1e3:.2f} / {replay * 1e3:.2f} (x{eager / replay:.2f})"
 
 
 HEADERS = (
@@ -474,17 +652,24 @@ HEADERS = (
     "eager fallbacks (why)",
     "max abs diff",
     "equal to eager",
+    "eager / replay, ms",
 )
 
 PREAMBLE = """# Model zoo
 
-Hugging Face transformers architectures built from tiny configs (hidden size 32, two layers,
-a vocabulary of {vocab}) with random weights, compiled with `backend="npugraph_ex"` and default
-options, and compared with eager. Checks:
+Hugging Face transformers architectures built from tiny configs (text: hidden size 32, two
+layers, a vocabulary of {vocab}; images: two or three narrow stages, MobileNetV2's 17 blocks at a
+quarter of their width, or two transformer layers of width 32, and 10 labels) with random weights,
+compiled with `backend="npugraph_ex"` and default options, and compared with eager. The image
+models' BatchNorm layers get what training would give them: scale 1, shift 0 and the statistics
+of a batch of {calibration} random images (a fresh layer does not normalise, and with random
+weights the logits of MobileNetV2 and MobileViT would shrink to 1e-26 and 0). Checks:
 
 - **forward**: {calls} calls of one shape with new inputs each (batch {batch}, {seq} tokens; the
-  encoders' second row padded; {decoder_seq} decoder tokens for the encoder-decoders; a
-  {image}x{image} image for ViT): one key captured, then replays.
+  encoders' second row padded; {decoder_seq} decoder tokens for the encoder-decoders; for the
+  image models, images of {images}): one key captured, then replays.
+- **forward, dynamic=True**: the forward check compiled with `dynamic=True` (and compared with
+  eager) over batches of {dynamic_batches}: one graph, a key per batch size, then replays.
 - **generate, default cache**: greedy `generate()` ({new} new tokens) of two prompts of {prompt}
   tokens, with `model.forward` compiled (`fullgraph=True, dynamic=True`) and transformers' default
   cache, new per call. Each step is a new cache length and so a key; the second prompt replays them.
@@ -496,6 +681,11 @@ options, and compared with eager. Checks:
 Counters come from `npugraph_ex.stats()` over all of a check's calls. "Equal to eager" is
 `torch.equal` of the logits (bit for bit) or of the generated tokens; `max abs diff` is over the
 logits, or the token ids. The same checks are assertions in `tests/e2e/test_zoo.py`.
+
+"Eager / replay" is measured, not asserted: after a forward check, {timed} eager calls of the model
+and {timed} replays of its key on the check's last inputs, interleaved, and the median wall-clock
+time of each, on the machine named below (its cores possibly shared with other work: a ratio is a
+rough guide); "x1.20" means the replay took 1/1.2 of the eager time.
 
 {fallbacks}Written by `PYTHONPATH=src:tests python tests/zoo_models.py --out docs/zoo.md`
 ({seconds:.0f} s).
@@ -515,6 +705,16 @@ def fallback_notes(names: list[str]) -> str:
     return "".join(notes)
 
 
+def image_sizes(names: list[str]) -> str:
+    """``16x16 for vit, deit; 32x32 for resnet``: the image models of ``names`` by size."""
+    by_size: dict[int, list[str]] = {}
+    for name in names:
+        if ZOO[name].kind == "vision":
+            by_size.setdefault(ZOO[name].image_size, []).append(name)
+    parts = [f"{size}x{size} for {', '.join(group)}" for size, group in sorted(by_size.items())]
+    return "; ".join(parts) or "none"
+
+
 def write_table(out: Path, names: list[str]) -> str:
     env = environment()
     start = time.perf_counter()
@@ -525,7 +725,10 @@ def write_table(out: Path, names: list[str]) -> str:
         batch=BATCH,
         seq=SEQ,
         decoder_seq=DECODER_SEQ,
-        image=IMAGE_SIZE,
+        calibration=CALIBRATION_BATCH,
+        images=image_sizes(names),
+        dynamic_batches=", ".join(map(str, DYNAMIC_BATCHES)),
+        timed=TIMED_CALLS,
         new=NEW_TOKENS,
         prompt=PROMPT_LEN,
         cache_len=MAX_CACHE_LEN,

@@ -20,7 +20,7 @@ from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.kernels.background import WORKERS
 
-SETTLE_SECONDS = 240
+SETTLE_SECONDS = 120
 
 
 def mlp() -> torch.nn.Module:
@@ -58,7 +58,7 @@ def call_until_settled(fn: Callable[..., torch.Tensor], model: torch.nn.Module) 
 @torch.no_grad()
 def test_a_hot_key_swaps_in_its_kernels_with_eagers_results() -> None:
     model = mlp()
-    fn = compiled(model)
+    fn = compiled(model, background_min_gain=0.01)  # kept unless 100x slower: this is no race
     x = torch.randn(4, 32)
     fn(x)
     assert tiers() == {"aten": 1}  # the first calls replay ATen kernels
@@ -163,7 +163,7 @@ def test_a_key_captured_again_reuses_its_kernels() -> None:
         return total * 2
 
     before = live_graph_numbers()
-    fn = compiled(accumulate, background_compile_after=1)
+    fn = compiled(accumulate, background_compile_after=1, background_min_gain=0.01)
     total = torch.zeros(4, 8)
     x = torch.randn(4, 8)
     deadline = time.monotonic() + SETTLE_SECONDS

@@ -167,7 +167,8 @@ class CaptureManager:
             self.stats.capture_seconds += time.perf_counter() - started
             self.captures_made += 1
             capture_again = functools.partial(self.capture_staged, staged, pool)
-            graph = self.programs.tiered(captured.graph, capture_again, staged.args)
+            kept = self.layout.static
+            graph = self.programs.tiered(captured.graph, capture_again, staged.args, kept)
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))

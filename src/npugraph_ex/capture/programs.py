@@ -115,12 +115,13 @@ class KeyPrograms:
         graph: CapturedGraph,
         capture: Callable[[Program], Capture],
         args: Sequence[Any],
+        kept: Sequence[int],
     ) -> CapturedGraph:
         """A new key's graph: with background compiles, one that swaps in compiled kernels once
         they are ready and faster (``tiers``); else ``graph`` itself."""
         if self.background is None:
             return graph
-        return TieredGraph(graph, self.background, capture, args, self.name)
+        return TieredGraph(graph, self.background, capture, args, kept, self.name)
 
     def reset_counts(self) -> None:
         for counter in self.counts.values():

@@ -43,6 +43,7 @@ class TieredGraph(CapturedGraph):
         background: BackgroundKernels,
         capture: Callable[[Program], Capture],
         args: Sequence[Any],
+        kept: Sequence[int],
         name: str,
     ):
         self.aten = aten
@@ -50,6 +51,7 @@ class TieredGraph(CapturedGraph):
         self.background = background
         self.capture = capture
         self.args = args
+        self.kept = kept
         self.name = name
         self.state = "aten" if background.wants(args) else "aten kept: not chosen"
         self.settled = self.state != "aten"
@@ -68,7 +70,7 @@ class TieredGraph(CapturedGraph):
         if self.state == "aten":
             self.replays += 1
             if self.replays >= self.background.after:
-                self.future = self.background.request(self.args)
+                self.future = self.background.request(self.args, self.kept)
                 if self.future is not None:
                     self.state = "pending"
             return self.aten.replay()

@@ -38,6 +38,7 @@ import torch.fx
 from npugraph_ex.kernels.compile_worker import read_message, write_message
 from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
 from npugraph_ex.kernels.static_compile import input_signature, lower
+from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,16 @@ class Worker:
             stderr=subprocess.DEVNULL,
         )
         self.future: Future | None = None
+        self.warm_args: Sequence[Any] | None = None
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def start(self, request: tuple[Any, ...], future: Future) -> None:
-        self.future = future
+    def start(
+        self, request: tuple[Any, ...], future: Future, warm_args: Sequence[Any] | None
+    ) -> None:
+        self.future, self.warm_args = future, warm_args
         write_message(self.process.stdin, request)
         threading.Thread(target=self.wait, name="npugraph_ex-compile", daemon=True).start()
 
@@ -118,13 +122,18 @@ class Worker:
         for)."""
         reply = read_message(self.process.stdout)
         future, self.future = self.future, None
+        warm_args, self.warm_args = self.warm_args, None
         if reply is None:
             future.set_exception(RuntimeError("the compile worker process exited"))
         elif not reply[0]:
             future.set_exception(RuntimeError(reply[1]))
         else:
             try:
-                future.set_result(load_compiled(reply[1]))
+                kernels = load_compiled(reply[1])
+                if warm_args is not None:
+                    with torch.no_grad():
+                        kernels(*warm_args)  # lazily made state, made here, not in a call
+                future.set_result(kernels)
             except Exception as error:  # a result this process cannot load: ATen stays
                 future.set_exception(error)
 
@@ -141,8 +150,11 @@ class Workers:
         self.lock = threading.Lock()
         self.workers: list[Worker] = []
 
-    def submit(self, limit: int, *request: Any) -> Future | None:
-        """A compile of ``request`` started, or None while ``limit`` compiles are in flight."""
+    def submit(
+        self, limit: int, request: tuple[Any, ...], warm_args: Sequence[Any] | None = None
+    ) -> Future | None:
+        """A compile of ``request`` started, or None while ``limit`` compiles are in flight;
+        the kernels it makes are run once on ``warm_args``, if given, before they are ready."""
         with self.lock:
             self.workers = [w for w in self.workers if w.alive or w.future is not None]
             idle = [w for w in self.workers if w.future is None]
@@ -153,7 +165,7 @@ class Workers:
                 self.workers.append(worker)
             future: Future = Future()
             try:
-                worker.start(request, future)
+                worker.start(request, future, warm_args)
             except OSError as error:  # the worker died before it took the request
                 worker.future = None
                 future.set_exception(error)
@@ -196,9 +208,14 @@ class BackgroundKernels:
         self.compiles = 0
         """Compiles sent to a worker for this graph."""
 
-    def request(self, args: Sequence[Any]) -> Future | None:
-        """Start compiling kernels for inputs like ``args``: a future of them, callable like the
-        graph; None while the workers are busy."""
+    def request(self, args: Sequence[Any], kept: Sequence[int] = ()) -> Future | None:
+        """Start compiling kernels for inputs like ``args`` (this call's values: they were just
+        staged): a future of them, callable like the graph; None while the workers are busy.
+        Where their capture is their first run (CPU), the loading thread runs them once first,
+        on copies of every input but those at ``kept`` (parameters and buffers, which the graph
+        never writes): the call that swaps them in then pays no first-run costs (oneDNN's
+        primitives, say), and the staged buffers, which other keys' replays reuse, are not
+        read later."""
         signature = input_signature(args)
         made = self.made.get(signature)
         if made is not None and not (made.done() and made.exception() is not None):
@@ -206,7 +223,14 @@ class BackgroundKernels:
         if self.graph is None:
             self.graph = pickle_graph(self.gm)
         specs = input_specs(args)
-        future = WORKERS.submit(self.limit, self.graph, specs, self.device_type, self.use_cache)
+        request = (self.graph, specs, self.device_type, self.use_cache)
+        warm_args = None
+        if not platform_for(self.device_type).warms_up("kernels"):
+            warm_args = [
+                a if i in kept or not isinstance(a, torch.Tensor) else a.clone()
+                for i, a in enumerate(args)
+            ]
+        future = WORKERS.submit(self.limit, request, warm_args)
         if future is not None:
             self.made[signature] = future
             self.compiles += 1
