@@ -11,7 +11,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import npugraph_ex
-from helpers import assert_trees_equal, graphs_called, totals
+from helpers import assert_same, assert_trees_equal, graphs_called, totals
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.errors import UnsupportedGraphError
 
@@ -134,16 +134,17 @@ def test_a_key_whose_parameters_were_replaced_and_freed_is_dropped(device: str) 
 
 @torch.no_grad()
 def test_weights_reloaded_through_data_are_not_kept_alive(device: str) -> None:
-    lin = torch.nn.Linear(256, 256).to(device)
+    # Small enough that no product rewrite takes it: replays are bit-identical to eager.
+    lin = torch.nn.Linear(64, 64).to(device)
     fn = compiled(lin)
-    x = torch.randn(2, 256, device=device)
+    x = torch.randn(2, 64, device=device)
     fn(x)
     old_weights = []
     for _ in range(4):
         old_weights.append(StorageWeakRef(lin.weight.untyped_storage()))
-        lin.weight.data = torch.randn(256, 256, device=device)  # a weight reload
-        torch.testing.assert_close(fn(x), lin(x))
-        torch.testing.assert_close(fn(x), lin(x))  # the new key replays
+        lin.weight.data = torch.randn(64, 64, device=device)  # a weight reload
+        assert_same(fn(x), lin(x), device)
+        assert_same(fn(x), lin(x), device)  # the new key replays
     gc.collect()
     assert [ref.expired() for ref in old_weights] == [True] * 4
     graph = only_graph()

@@ -11,6 +11,7 @@ each key got is counted here (``counts``), and read by the graph's stats.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,6 +27,8 @@ from npugraph_ex.kernels.background import BackgroundKernels
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
+
+NUMBERS = itertools.count()
 
 
 class KeyPrograms:
@@ -44,6 +47,8 @@ class KeyPrograms:
     ):
         self.fn = fn
         self.name = name
+        self.number = next(NUMBERS)
+        """Names this graph in messages said once (``name`` recurs after a Dynamo reset)."""
         self.kernels = kernels
         """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` and ``wants(args)``
         per new key."""
@@ -99,7 +104,7 @@ class KeyPrograms:
             log_once(
                 log,
                 logging.WARNING,
-                ("static kernels", self.name, id(self), type(error).__name__),
+                ("static kernels", self.number, type(error).__name__),
                 "npugraph_ex: %s: static_kernel_compile failed (%s: %s); this key captures the "
                 "ATen graph instead",
                 self.name,
@@ -121,7 +126,7 @@ class KeyPrograms:
         they are ready and faster (``tiers``); else ``graph`` itself."""
         if self.background is None:
             return graph
-        return TieredGraph(graph, self.background, capture, args, kept, self.name)
+        return TieredGraph(graph, self.background, capture, args, kept, self.name, self.number)
 
     def reset_counts(self) -> None:
         for counter in self.counts.values():

@@ -45,6 +45,7 @@ class TieredGraph(CapturedGraph):
         args: Sequence[Any],
         kept: Sequence[int],
         name: str,
+        number: int,
     ):
         self.aten = aten
         self.current = aten
@@ -53,6 +54,8 @@ class TieredGraph(CapturedGraph):
         self.args = args
         self.kept = kept
         self.name = name
+        self.number = number
+        """The graph's number, for messages said once per graph."""
         self.state = "aten" if background.wants(args) else "aten kept: not chosen"
         self.settled = self.state != "aten"
         self.replays = 0
@@ -128,7 +131,7 @@ class TieredGraph(CapturedGraph):
         log_once(
             log,
             level,
-            ("background", self.name, why),
+            ("background", self.number, why),
             "npugraph_ex: %s: background kernels %s (%s); the key keeps its ATen replay",
             self.name,
             why,

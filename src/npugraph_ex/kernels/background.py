@@ -37,13 +37,17 @@ import torch.fx
 
 from npugraph_ex.kernels.compile_worker import read_message, write_message
 from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
-from npugraph_ex.kernels.static_compile import input_signature, lower
+from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
 from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
 
 InputSpec = tuple[Any, ...]
 """A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
+
+Job = tuple[tuple[Any, ...], "list[Any] | None"]
+"""A worker's request (``compile_in_worker``'s arguments), and the inputs the kernels it makes
+are first run on in the loading thread, or None."""
 
 
 def input_specs(args: Sequence[Any]) -> list[InputSpec]:
@@ -84,12 +88,7 @@ def load_compiled(data: bytes) -> Callable[..., Any]:
 
     compiled = GraphPickler.loads(data, FakeTensorMode())
     compiled.after_deserialization(CompiledFxGraphConstants())
-
-    def run(*inputs: Any) -> Any:
-        # Inductor's calling convention: one list, which the callee may clear.
-        return compiled(list(inputs))
-
-    return run
+    return positional(compiled)
 
 
 class Worker:
@@ -150,16 +149,16 @@ class Workers:
         self.lock = threading.Lock()
         self.workers: list[Worker] = []
 
-    def submit(
-        self, limit: int, request: tuple[Any, ...], warm_args: Sequence[Any] | None = None
-    ) -> Future | None:
-        """A compile of ``request`` started, or None while ``limit`` compiles are in flight;
-        the kernels it makes are run once on ``warm_args``, if given, before they are ready."""
+    def submit(self, limit: int, make: Callable[[], Job]) -> Future | None:
+        """A compile of the job ``make()`` builds started (the request and the inputs its
+        kernels are first run on, if any, before they are ready), or None while ``limit``
+        compiles are in flight; ``make`` is called only when a worker is free."""
         with self.lock:
             self.workers = [w for w in self.workers if w.alive or w.future is not None]
             idle = [w for w in self.workers if w.future is None]
             if not idle and len(self.workers) >= limit:
                 return None
+            request, warm_args = make()
             worker = idle[0] if idle else Worker()
             if not idle:
                 self.workers.append(worker)
@@ -220,21 +219,24 @@ class BackgroundKernels:
         made = self.made.get(signature)
         if made is not None and not (made.done() and made.exception() is not None):
             return made
-        if self.graph is None:
-            self.graph = pickle_graph(self.gm)
-        specs = input_specs(args)
-        request = (self.graph, specs, self.device_type, self.use_cache)
-        warm_args = None
-        if not platform_for(self.device_type).warms_up("kernels"):
-            warm_args = [
-                a if i in kept or not isinstance(a, torch.Tensor) else a.clone()
-                for i, a in enumerate(args)
-            ]
-        future = WORKERS.submit(self.limit, request, warm_args)
+        future = WORKERS.submit(self.limit, lambda: self.job(args, kept))
         if future is not None:
             self.made[signature] = future
             self.compiles += 1
         return future
 
+    def job(self, args: Sequence[Any], kept: Sequence[int]) -> Job:
+        """The request for a worker, and the copies of ``args`` the kernels first run on."""
+        if self.graph is None:
+            self.graph = pickle_graph(self.gm)
+        request = (self.graph, input_specs(args), self.device_type, self.use_cache)
+        if platform_for(self.device_type).warms_up("kernels"):
+            return request, None
+        warm_args = [
+            a if i in kept or not isinstance(a, torch.Tensor) else a.clone()
+            for i, a in enumerate(args)
+        ]
+        return request, warm_args
+
     def wants(self, args: Sequence[Any]) -> bool:
-        return self.chooses([a for a in args if type(a) is int])
+        return chosen(self.chooses, args)

@@ -49,9 +49,7 @@ class StaticKernelCompiler:
         """Compiled code by input signature: a recapture (an input moved) reuses it."""
 
     def wants(self, args: Sequence[Any]) -> bool:
-        """Whether a key with these inputs gets kernels: ``static_kernel_sym_index`` and
-        ``static_kernel_sym_values`` choose keys by one of the graph's int inputs."""
-        return self.chooses([a for a in args if type(a) is int])
+        return chosen(self.chooses, args)
 
     def compile(self, args: Sequence[Any]) -> tuple[CompiledKernels, str]:
         """Kernels computing the graph for inputs with exactly the sizes and ints of ``args``,
@@ -70,14 +68,27 @@ class StaticKernelCompiler:
             loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
             outcome = "cache_hit" if loaded else "compiled"
 
-        def run(*inputs: Any) -> Any:
-            # Inductor's calling convention: one list, which the callee may clear.
-            return compiled(list(inputs))
-
-        return run, outcome
+        return positional(compiled), outcome
 
     def lower(self, args: Sequence[Any]) -> Any:
         return lower(self.gm, args, self.device_type, self.use_cache)
+
+
+def chosen(chooses: Callable[[Sequence[int]], bool], args: Sequence[Any]) -> bool:
+    """Whether a key with inputs ``args`` gets kernels: ``static_kernel_sym_index`` and
+    ``static_kernel_sym_values`` (``Config.static_kernels_for``, as ``chooses``) choose keys by
+    one of the graph's int inputs."""
+    return chooses([a for a in args if type(a) is int])
+
+
+def positional(compiled: Any) -> CompiledKernels:
+    """Inductor's compiled graph, called like the FX graph (positional inputs)."""
+
+    def run(*inputs: Any) -> Any:
+        # Inductor's calling convention: one list, which the callee may clear.
+        return compiled(list(inputs))
+
+    return run
 
 
 def lower(

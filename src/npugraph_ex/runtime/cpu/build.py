@@ -59,17 +59,22 @@ class Build:
     placed: PlacedCapture | None = None
 
     @property
+    def released(self) -> dict[int, int]:
+        """The size of each storage the capture freed while it ran (``release``)."""
+        releaser = self.recorder.releaser
+        return releaser.released if releaser else {}
+
+    @property
     def concurrent(self) -> bool:
         return self.recorder.step_kinds["join"] > 0
 
 
 def fold_constants(build: Build) -> None:
-    recorder = build.recorder
     if build.pool is None or build.watched:
         return
-    released = recorder.releaser.released if recorder.releaser else {}
     fixed = storage_keys(build.inputs) | storage_keys(build.owned_inputs)
-    build.constants = Constants.of(recorder, fixed | storage_keys(build.outputs), released)
+    outputs = storage_keys(build.outputs)
+    build.constants = Constants.of(build.recorder, fixed | outputs, build.released)
 
 
 def bind_kernels(build: Build) -> None:
@@ -90,7 +95,6 @@ def lanes(build: Build) -> None:
 
 def plan(build: Build) -> None:
     recorder = build.recorder
-    released = recorder.releaser.released if recorder.releaser else {}
     input_keys, owned_keys = storage_keys(build.inputs), storage_keys(build.owned_inputs)
     movable = (recorder.allocated | owned_keys) - input_keys
     movable -= build.constants.storages
@@ -102,7 +106,9 @@ def plan(build: Build) -> None:
         keep_block_memory(build.steps, build.lanes, step_tensors)
     for ready, _, value in build.watched if build.steps else ():
         step_tensors[max(ready - 1, 0)] += tensors_in(value)  # re-pointed with the plan
-    build.plan = plan_memory(step_tensors, build.outputs, movable, build.owned_inputs, released)
+    build.plan = plan_memory(
+        step_tensors, build.outputs, movable, build.owned_inputs, build.released
+    )
 
 
 def place(build: Build) -> None:
