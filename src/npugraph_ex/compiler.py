@@ -24,8 +24,9 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.kernels.background import BackgroundKernels
+from npugraph_ex.kernels.background import BackgroundKernels, KernelStore
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
+from npugraph_ex.kernels.symbolic import SymbolicSpec, symbolic_specs
 from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS
 from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -89,6 +90,9 @@ class LoweredGraph:
     rows: RowPlan | None = None
     """Where its products' symbolic row counts come from, if it has any and the capture
     patterns ran on it (``key_shapes``)."""
+    symbolic: list[SymbolicSpec] | None = None
+    """Its inputs' symbolic sizes, for one background compile serving all its keys
+    (``kernels/symbolic``), or None."""
 
     @property
     def call_inputs(self) -> int:
@@ -118,7 +122,8 @@ def lower_graph(
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     rows = RowPlan.of(gm) if gm.meta.get(CAPTURE_PATTERNS) else None
-    return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows)
+    symbolic = symbolic_specs(gm)
+    return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows, symbolic)
 
 
 def compile_graph(
@@ -127,6 +132,7 @@ def compile_graph(
     config: Config,
     *,
     on_lowered: Callable[[LoweredGraph, Callable[[list[Any]], Any]], None] | None = None,
+    kernel_store: KernelStore | None = None,
 ) -> Callable[[list[Any]], Any]:
     """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
     graph after the passes and the callable built from it."""
@@ -134,7 +140,7 @@ def compile_graph(
     with compile_log(debug_folder(config, name)):
         log.debug("%s: compiling %d nodes with %s", name, len(gm.graph.nodes), config)
         lowered = lower_graph(gm, example_inputs, config, name)
-        call = build_graph_callable(lowered, config)
+        call = build_graph_callable(lowered, config, kernel_store)
     if on_lowered is not None:
         on_lowered(lowered, call)
     return call
@@ -153,9 +159,11 @@ def key_specialiser(lowered: LoweredGraph) -> KeySpecialiser | None:
     return KeySpecialiser(lowered.gm, lowered.rows, lowered.name, rule)
 
 
-def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[list[Any]], Any]:
+def build_graph_callable(
+    lowered: LoweredGraph, config: Config, kernel_store: KernelStore | None = None
+) -> Callable[[list[Any]], Any]:
     """A capture manager for a lowered graph on its device's runtime, with the host ints'
-    arithmetic around it."""
+    arithmetic around it; background kernels its keys keep go to ``kernel_store``."""
     gm, facts = lowered.gm, lowered.facts
     if config.deadlock_check:
         check_collective_order(gm, lowered.name)
@@ -164,7 +172,9 @@ def build_graph_callable(lowered: LoweredGraph, config: Config) -> Callable[[lis
     tier = config.static_kernel_compile
     kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
     background = (
-        BackgroundKernels(gm, facts.device_type, config, runtime.synchronize)
+        BackgroundKernels(
+            gm, facts.device_type, config, runtime.synchronize, lowered.symbolic, kernel_store
+        )
         if tier == "background"
         else None
     )

@@ -17,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from npugraph_ex.compiler import LoweredGraph, compile_eagerly, compile_graph
 from npugraph_ex.config import Config
+from npugraph_ex.kernels.background import KernelStore
 from npugraph_ex.model_floats import specialise_model_floats
 
 
@@ -27,12 +28,14 @@ def npugraph_ex_backend(
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
     on_lowered: Callable[[LoweredGraph, Callable[[list[Any]], Any]], None] | None = None,
+    kernel_store: KernelStore | None = None,
 ) -> Any:
     """``torch.compile(model, backend="npugraph_ex", options={...})``.
 
     ``options`` are the flat option names of the options reference; ``mode`` is what
     ``torch.compile(mode=...)`` passes. ``on_lowered`` sees each inference graph after the
-    passes and the callable built from it (the compile cache records both there).
+    passes and the callable built from it (the compile cache records both there), and
+    ``kernel_store`` keeps the background kernels its keys keep (the compile cache's folder).
     """
     specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)
@@ -53,6 +56,8 @@ def npugraph_ex_backend(
         decompositions=config.custom_decompositions,
         fw_compiler=functools.partial(compile_eagerly, config=config),
         bw_compiler=functools.partial(compile_eagerly, config=config),
-        inference_compiler=functools.partial(compile_graph, config=config, on_lowered=on_lowered),
+        inference_compiler=functools.partial(
+            compile_graph, config=config, on_lowered=on_lowered, kernel_store=kernel_store
+        ),
         keep_inference_input_mutations=True,
     )

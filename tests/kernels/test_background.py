@@ -181,3 +181,103 @@ def test_a_key_captured_again_reuses_its_kernels() -> None:
     assert graph["background"] == {"kernels": 1}
     (manager,) = managers_since(before)
     assert manager.programs.background.compiles == 1
+
+
+@torch.no_grad()
+def test_one_symbolic_compile_serves_every_key_of_a_dynamic_graph() -> None:
+    model = mlp()
+    before = live_graph_numbers()
+    fn = compiled(model, dynamic=True, background_min_gain=0.01)
+    rows = range(3, 9)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        for n in rows:
+            x = torch.randn(n, 32)
+            torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
+        if not {"aten", "pending", "trial"} & set(tiers()):
+            break
+        time.sleep(0.01)
+    assert tiers() == {"kernels": len(rows)}
+    (manager,) = managers_since(before)
+    assert manager.programs.background.compiles == 1  # not one per key
+    (graph,) = graphs_called()
+    assert graph["captures"] == len(rows) and graph["eager_calls"] == {}
+
+
+@torch.no_grad()
+def test_a_failed_symbolic_compile_leaves_each_key_a_compile_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = mlp()
+    before = live_graph_numbers()
+    fn = compiled(model, dynamic=True, background_min_gain=0.01)
+    fn(torch.randn(3, 32))
+    (manager,) = managers_since(before)
+    background = manager.programs.background
+    assert background.symbolic is not None
+    background.symbolic = [("tensor", ("s99",), ("1",))]  # a spec the worker cannot use
+    deadline = time.monotonic() + SETTLE_SECONDS
+    with caplog.at_level(logging.INFO, logger="npugraph_ex"):
+        while time.monotonic() < deadline:
+            for n in (3, 4):
+                x = torch.randn(n, 32)
+                torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
+            if not {"aten", "pending", "trial"} & set(tiers()):
+                break
+            time.sleep(0.01)
+    assert tiers() == {"kernels": 2}
+    assert background.compiles == 3  # the failed shared one, then one per key
+    assert any("keys compile one by one" in r.getMessage() for r in caplog.records)
+
+
+def test_a_symbolic_compile_returns_the_guards_its_keys_must_pass() -> None:
+    from npugraph_ex.kernels.background import compile_in_worker, input_specs
+    from npugraph_ex.kernels.graph_bytes import pickle_graph
+    from npugraph_ex.kernels.symbolic import guards_hold, symbolic_specs
+
+    gm, args = traced_dynamic_mlp()
+    symbolic = symbolic_specs(gm)
+    assert symbolic is not None
+    assert [spec[0] for spec in symbolic] == ["symint", "tensor"] + ["static"] * 4
+    assert symbolic[1][1] == (symbolic[0][1], 32)  # the rows are the int input's symbol
+    _, guards = compile_in_worker(pickle_graph(gm), input_specs(args), "cpu", True, symbolic)
+    assert guards is not None and "L['t" in guards
+    assert guards_hold(guards, args)
+    assert not guards_hold("L['t0'] > 100", args)
+    assert guards_hold(None, args)
+
+
+def traced_dynamic_mlp() -> tuple[torch.fx.GraphModule, list[object]]:
+    """The mlp's ATen graph with a symbolic row count (placeholders carry fake values), and
+    inputs for 5 rows in its placeholders' order."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    model = mlp()
+    params = [p.detach() for p in model.parameters()]
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    rows = fake_mode.shape_env.create_symintnode(
+        fake_mode.shape_env.create_symbol(5, ConstantSource("rows"), DimDynamic.DYNAMIC), hint=5
+    )
+
+    def forward(n: int, x: torch.Tensor, *weights: torch.Tensor) -> tuple[torch.Tensor]:
+        return (
+            torch.func.functional_call(
+                model, dict(zip(dict(model.named_parameters()), weights, strict=True)), (x,)
+            ),
+        )
+
+    with fake_mode:
+        x = torch.empty(rows, 32)
+        fake_params = [fake_mode.from_tensor(p, static_shapes=True) for p in params]
+        gm = make_fx(forward, tracing_mode="real")(rows, x, *fake_params)
+    return gm, [5, torch.randn(5, 32), *params]
+
+
+def test_a_static_graph_has_no_symbolic_compile() -> None:
+    from npugraph_ex.kernels.symbolic import symbolic_specs
+
+    gm = torch.fx.symbolic_trace(mlp())
+    assert symbolic_specs(gm) is None

@@ -24,6 +24,7 @@ from npugraph_ex.cache.graph_record import INPUT_NAME, GraphRecord, referenced_i
 from npugraph_ex.compiler import LoweredGraph, build_graph_callable
 from npugraph_ex.config import Config
 from npugraph_ex.errors import NpuGraphExError
+from npugraph_ex.kernels.background import KernelStore
 from npugraph_ex.kernels.graph_bytes import load_graph
 
 
@@ -36,11 +37,17 @@ class CachedGraph:
     process compiled the graph itself, is the callable it built (no second capture manager)."""
 
     def __init__(
-        self, record: GraphRecord, config: Config, call: Callable[[list[Any]], Any] | None = None
+        self,
+        record: GraphRecord,
+        config: Config,
+        call: Callable[[list[Any]], Any] | None = None,
+        kernel_store: KernelStore | None = None,
     ):
         self.record = record if call is None else without_graph(record)
         self.config = config
         self.call = call
+        self.kernel_store = kernel_store
+        """Where background kernels a key keeps are stored, and found by a later process."""
         self.clauses: dict[int, list[tuple[str, Any]]] = {}
         for clause in record.guards:
             code = compile(clause, "<npugraph_ex cache guard>", "eval")
@@ -70,8 +77,9 @@ class CachedGraph:
             record.name,
             original,
             record.rows,
+            record.symbolic,
         )
-        call = build_graph_callable(lowered, self.config)
+        call = build_graph_callable(lowered, self.config, self.kernel_store)
         self.record = without_graph(record)
         self.build_seconds = time.perf_counter() - started
         return call

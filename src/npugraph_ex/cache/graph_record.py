@@ -61,6 +61,8 @@ class GraphRecord:
     rows: RowPlan | None = None
     """Where the graph's products' symbolic row counts come from (read from the fake values
     the stored graph no longer has)."""
+    symbolic: list[tuple[Any, ...]] | None = None
+    """Its inputs' symbolic sizes (``LoweredGraph.symbolic``), read from those values too."""
 
 
 class GraphRecorder:
@@ -110,6 +112,7 @@ class GraphRecorder:
             nodes=len(lowered.gm.graph.nodes),
             input_names=self.input_names,
             rows=lowered.rows,
+            symbolic=lowered.symbolic,
         )
 
     def finish(self) -> GraphRecord | None:

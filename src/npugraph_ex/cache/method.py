@@ -28,6 +28,7 @@ from npugraph_ex.cache.files import CacheFileError
 from npugraph_ex.cache.fingerprint import describe, file_digest, global_state
 from npugraph_ex.cache.frame import FrameError, bind_frame, record_frame
 from npugraph_ex.cache.graph_record import GraphRecorder
+from npugraph_ex.cache.kernel_files import KernelFiles
 from npugraph_ex.compat import dynamo_cache_entries
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
@@ -42,11 +43,17 @@ class RecordingBackend:
     def __init__(self, options: dict[str, Any]):
         self.options = options
         self.recorders: list[GraphRecorder] = []
+        self.kernel_store: KernelFiles | None = None
+        """Set once the method's entry is known (``CachedMethod.load``)."""
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         recorder = GraphRecorder(gm)
         compiled = npugraph_ex_backend(
-            gm, example_inputs, options=self.options, on_lowered=recorder.lowered
+            gm,
+            example_inputs,
+            options=self.options,
+            on_lowered=recorder.lowered,
+            kernel_store=self.kernel_store,
         )
         self.recorders.append(recorder)
         return compiled
@@ -56,11 +63,17 @@ class Variant:
     """A stored variant, bound to the method of this process on first use; ``calls``, for a
     variant this process compiled and stored, are the callables its compile built."""
 
-    def __init__(self, record: VariantRecord, config: Config, calls: list[Any] | None = None):
+    def __init__(
+        self,
+        record: VariantRecord,
+        config: Config,
+        calls: list[Any] | None = None,
+        kernel_store: KernelFiles | None = None,
+    ):
         self.frame = record.frame
         calls = calls or [None] * len(record.graphs)
         self.graphs = [
-            CachedGraph(graph, config, call)
+            CachedGraph(graph, config, call, kernel_store)
             for graph, call in zip(record.graphs, calls, strict=True)
         ]
         self.function: Any = None
@@ -164,10 +177,19 @@ class CachedMethod:
         except CacheFileError as error:
             self.warn("bad file", "%s; it is rebuilt", error)
             records = []
+        self.recording.kernel_store = self.kernel_store()
         for record in records:
-            self.variants.setdefault(record.state, []).append(Variant(record, self.config))
+            variant = Variant(record, self.config, kernel_store=self.recording.kernel_store)
+            self.variants.setdefault(record.state, []).append(variant)
         self.loaded = len(records)
         self.load_seconds = time.perf_counter() - started
+
+    def kernel_store(self) -> KernelFiles | None:
+        """Where background kernels go beside the entry (``kernel_files``), where there are
+        any."""
+        if self.config.static_kernel_compile != "background" or self.key is None:
+            return None
+        return KernelFiles(self.key.path.parent / "kernels")
 
     def compile_call(self, state: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         before = len(self.recording.recorders)

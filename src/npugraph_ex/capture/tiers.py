@@ -1,10 +1,13 @@
 """A key that starts on its ATen replay and moves to compiled kernels once they are ready and
 faster (``static_kernel_compile="background"``).
 
-    aten      replays its ATen graph; at the ``background_compile_after``-th replay it asks for
-              kernels (again at each replay while the workers are busy)
+    aten      replays its ATen graph; once hot (``BackgroundKernels.hot``: its own replays, or
+              its graph's for the compile its keys share) it asks for kernels (again at each
+              replay while the workers are busy)
     pending   replays its ATen graph; at the first call after the kernels are ready they are
-              captured (that call's result is theirs: nothing runs twice)
+              captured (that call's result is theirs: nothing runs twice); shared kernels whose
+              guards this key's inputs fail, or a shared compile that failed, send the key back
+              to ``aten`` to ask for kernels of its own
     trial     alternates the two forms on real calls, ``TRIAL_CALLS`` each, timed
     kernels   the kernels were at least ``background_min_gain`` times faster: the ATen graph is
               released
@@ -25,7 +28,8 @@ from typing import Any
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.kernels.background import BackgroundKernels
+from npugraph_ex.kernels.background import BackgroundKernels, MadeKernels
+from npugraph_ex.kernels.symbolic import guards_hold
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
@@ -59,7 +63,14 @@ class TieredGraph(CapturedGraph):
         self.state = "aten" if background.wants(args) else "aten kept: not chosen"
         self.settled = self.state != "aten"
         self.replays = 0
+        self.own = False
+        """Asks for kernels made for its own sizes (the shared ones do not serve it)."""
         self.future: Future | None = None
+        self.made: MadeKernels | None = None
+        if not self.settled:
+            self.future = background.stored_for(args)  # kept by an earlier process
+            if self.future is not None:
+                self.state = "pending"
         self.kernels: CapturedGraph | None = None
         self.times: dict[str, list[float]] = {"kernels": [], "aten": []}
 
@@ -72,8 +83,9 @@ class TieredGraph(CapturedGraph):
             return self.current.replay()
         if self.state == "aten":
             self.replays += 1
-            if self.replays >= self.background.after:
-                self.future = self.background.request(self.args, self.kept)
+            self.background.replays += 1
+            if self.background.hot(self.replays, self.own):
+                self.future = self.background.request(self.args, self.kept, self.own)
                 if self.future is not None:
                     self.state = "pending"
             return self.aten.replay()
@@ -84,16 +96,43 @@ class TieredGraph(CapturedGraph):
         return self.trial()
 
     def swap_in(self, future: Future) -> list[Any]:
-        """This call runs the kernels as their capture, or the ATen graph if they fail."""
+        """This call runs the kernels as their capture, or the ATen graph if they fail or do
+        not serve this key."""
         self.future = None
         try:
-            captured = self.capture(Program(future.result(), "kernels"))
+            made: MadeKernels = future.result()
+            if made.symbolic and not guards_hold(made.guards, self.args):
+                return self.ask_own()
+            captured = self.capture(Program(made.run, "kernels"))
         except Exception as error:  # a failed compile or capture: the ATen replay stays
+            if future in self.background.stored.values():
+                log.info("%s: stored kernels did not load (%s); compiled again", self.name, error)
+                self.background.forget(future)
+                self.state = "aten"
+                return self.aten.replay()
+            if not self.own and self.background.failed(future):
+                log.info(
+                    "%s: the shared compile failed (%s: %s); keys compile one by one",
+                    self.name,
+                    type(error).__name__,
+                    first_line(error),
+                )
+                return self.ask_own()
             self.keep_aten("failed", f"{type(error).__name__}: {first_line(error)}")
             return self.aten.replay()
-        self.kernels = captured.graph
+        self.kernels, self.made = captured.graph, made
         self.state = "trial"
+        if made.stored:  # kept by an earlier process: no trial
+            self.use_kernels()
         return captured.outputs
+
+    def ask_own(self) -> list[Any]:
+        """Kernels made for this key's sizes: stored ones, or back to ``aten`` to ask for them
+        once it is hot."""
+        self.own = True
+        self.future = self.background.stored_for(self.args, own=True)
+        self.state = "aten" if self.future is None else "pending"
+        return self.aten.replay()
 
     def trial(self) -> list[Any]:
         kernels, aten = self.times["kernels"], self.times["aten"]
@@ -107,11 +146,15 @@ class TieredGraph(CapturedGraph):
             self.decide(statistics.median(kernels), statistics.median(aten))
         return outputs
 
+    def use_kernels(self) -> None:
+        self.aten.release()
+        self.current = self.kernels
+        self.state, self.settled = "kernels", True
+        self.background.keep(self.made, self.args)
+
     def decide(self, kernels: float, aten: float) -> None:
         if kernels * self.background.min_gain <= aten:
-            self.aten.release()
-            self.current = self.kernels
-            self.state, self.settled = "kernels", True
+            self.use_kernels()
             log.debug(
                 "%s: compiled kernels kept (%.1f us against %.1f)",
                 self.name,

@@ -24,13 +24,15 @@ the same sizes loads the kernels from disk.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.fx
@@ -38,6 +40,7 @@ import torch.fx
 from npugraph_ex.kernels.compile_worker import read_message, write_message
 from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
 from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
+from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
 from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
@@ -59,9 +62,56 @@ def input_specs(args: Sequence[Any]) -> list[InputSpec]:
     ]
 
 
-def compile_in_worker(graph: bytes, specs: list[InputSpec], device: str, use_cache: bool) -> bytes:
-    """In the worker: the graph lowered for inputs like ``specs``, as Inductor's compiled graph
-    serialised for the serving process."""
+@dataclass
+class MadeKernels:
+    """Kernels a worker made, loaded in the serving process."""
+
+    run: Callable[..., Any]
+    """Called like the FX graph (positional inputs)."""
+    guards: str | None
+    """For a symbolic compile: what a key's inputs must satisfy to call them (``symbolic``)."""
+    symbolic: bool
+    data: bytes
+    """As the worker sent them."""
+    stored: bool = False
+    """Loaded from the compile cache: kept by an earlier process, they need no trial."""
+
+
+@dataclass
+class StoredKernels:
+    """Kernels a key kept, as the compile cache stores them."""
+
+    signature: tuple | None
+    """The input layouts they were compiled for; None for a graph's symbolic compile."""
+    data: bytes
+    guards: str | None
+
+
+class KernelStore(Protocol):
+    """Where kept kernels go and a later process finds them (``cache_compile``'s folder)."""
+
+    def load(self, graph_id: str) -> list[StoredKernels]: ...
+
+    def save(self, graph_id: str, kernels: StoredKernels) -> None: ...
+
+
+def graph_id(gm: torch.fx.GraphModule, device_type: str, symbolic: Any) -> str:
+    """What names a graph's kernels in a store: a digest of its code, device and symbolic
+    sizes, the same for the graph a process compiled and the one a later process loaded."""
+    text = "\n".join([gm.code, device_type, repr(symbolic)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compile_in_worker(
+    graph: bytes,
+    specs: list[InputSpec],
+    device: str,
+    use_cache: bool,
+    symbolic: list[SymbolicSpec] | None = None,
+) -> tuple[bytes, str | None]:
+    """In the worker: the graph lowered for inputs like ``specs`` (with the sizes of
+    ``symbolic`` left symbolic, where given), as Inductor's compiled graph serialised for the
+    serving process, and the guards of a symbolic compile."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -74,9 +124,12 @@ def compile_in_worker(graph: bytes, specs: list[InputSpec], device: str, use_cac
             else spec[1]
             for spec in specs
         ]
+    if symbolic is not None:
+        args = symbolic_inputs(symbolic, args, fake_mode)
     compiled = lower(load_graph(graph), args, device, use_cache, fake_mode)
+    guards = guards_of(fake_mode, args) if symbolic is not None else None
     compiled.prepare_for_serialization()
-    return GraphPickler.dumps(compiled)
+    return GraphPickler.dumps(compiled), guards
 
 
 def load_compiled(data: bytes) -> Callable[..., Any]:
@@ -103,6 +156,7 @@ class Worker:
         )
         self.future: Future | None = None
         self.warm_args: Sequence[Any] | None = None
+        self.symbolic = False
 
     @property
     def alive(self) -> bool:
@@ -112,6 +166,7 @@ class Worker:
         self, request: tuple[Any, ...], future: Future, warm_args: Sequence[Any] | None
     ) -> None:
         self.future, self.warm_args = future, warm_args
+        self.symbolic = request[4] is not None
         write_message(self.process.stdin, request)
         threading.Thread(target=self.wait, name="npugraph_ex-compile", daemon=True).start()
 
@@ -128,11 +183,12 @@ class Worker:
             future.set_exception(RuntimeError(reply[1]))
         else:
             try:
-                kernels = load_compiled(reply[1])
+                data, guards = reply[1]
+                kernels = load_compiled(data)
                 if warm_args is not None:
                     with torch.no_grad():
                         kernels(*warm_args)  # lazily made state, made here, not in a call
-                future.set_result(kernels)
+                future.set_result(MadeKernels(kernels, guards, self.symbolic, data))
             except Exception as error:  # a result this process cannot load: ATen stays
                 future.set_exception(error)
 
@@ -182,7 +238,12 @@ atexit.register(WORKERS.shutdown)
 
 
 class BackgroundKernels:
-    """The background compiles of one graph's keys (see the module docstring)."""
+    """The background compiles of one graph's keys (see the module docstring).
+
+    A graph with symbolic sizes (``symbolic``) is hot once its keys together have replayed
+    ``background_compile_after`` times, and gets one compile that every key passing its guards
+    shares; a key failing them, or every key of a graph whose symbolic compile failed, gets a
+    compile for its own sizes once it is hot by itself. A static graph's keys get their own."""
 
     def __init__(
         self,
@@ -190,6 +251,8 @@ class BackgroundKernels:
         device_type: str,
         config: Any,
         synchronize: Callable[[], None],
+        symbolic: list[SymbolicSpec] | None = None,
+        store: KernelStore | None = None,
     ):
         self.gm = gm
         self.device_type = device_type
@@ -202,34 +265,126 @@ class BackgroundKernels:
         """Waits for the device's queued work (a timed call ends when its kernels do)."""
         self.graph: bytes | None = None
         """The graph in the cache's format, made at the first request."""
+        self.symbolic = symbolic
+        """The placeholders' symbolic sizes (``symbolic_specs``), for one compile serving
+        every key; None for a static graph, or once its symbolic compile failed."""
+        self.shared: Future | None = None
+        """The symbolic compile, once requested."""
+        self.failed_shared: Future | None = None
+        self.replays = 0
+        """Replays of this graph's keys on their ATen graphs, together."""
         self.made: dict[tuple, Future] = {}
         """Compiles by input layouts: a key captured again (an input moved) reuses its own."""
         self.compiles = 0
         """Compiles sent to a worker for this graph."""
+        self.store = store
+        self.id = graph_id(gm, device_type, symbolic) if store is not None else ""
+        self.saved: set[tuple | None] = set()
+        self.stored: dict[tuple | None, Future] = {}
+        """Kernels an earlier process kept (by input layouts; None: the symbolic compile),
+        loading in a thread from the store."""
+        if store is not None:
+            self.load_stored(store.load(self.id))
 
-    def request(self, args: Sequence[Any], kept: Sequence[int] = ()) -> Future | None:
+    def load_stored(self, entries: list[StoredKernels]) -> None:
+        if not entries:
+            return
+        futures = [(entry, Future()) for entry in entries]
+        for entry, future in futures:
+            self.stored[entry.signature] = future
+
+        def load() -> None:
+            for entry, future in futures:
+                try:
+                    run = load_compiled(entry.data)
+                except Exception as error:  # compiled again, as if it was never stored
+                    future.set_exception(error)
+                    continue
+                symbolic = entry.signature is None
+                future.set_result(MadeKernels(run, entry.guards, symbolic, entry.data, True))
+
+        threading.Thread(target=load, name="npugraph_ex-stored-kernels", daemon=True).start()
+
+    def stored_for(self, args: Sequence[Any], own: bool = False) -> Future | None:
+        """Kernels an earlier process kept for a key with inputs ``args`` (made for its sizes,
+        where ``own``), loading or loaded, or None."""
+        if not self.stored:
+            return None
+        if not own and self.symbolic is not None and None in self.stored:
+            return self.stored[None]
+        return self.stored.get(input_signature(args))
+
+    def forget(self, future: Future) -> None:
+        """Stored kernels that failed to load: the keys compile as if there were none."""
+        self.stored = {k: f for k, f in self.stored.items() if f is not future}
+
+    def keep(self, made: MadeKernels, args: Sequence[Any]) -> None:
+        """Store kernels a key kept (in a thread: the write syncs to disk), once."""
+        if self.store is None or made.stored:
+            return
+        signature = None if made.symbolic else input_signature(args)
+        if signature in self.saved:
+            return
+        self.saved.add(signature)
+        entry = StoredKernels(signature, made.data, made.guards)
+        # Not a daemon: a process that ends right after the decision still finishes the write.
+        threading.Thread(
+            target=self.store.save, args=(self.id, entry), name="npugraph_ex-store"
+        ).start()
+
+    def hot(self, key_replays: int, own: bool) -> bool:
+        """Whether a key replayed ``key_replays`` times asks for kernels now: a compile of its
+        own (``own``) or of a static graph once it is hot itself, the shared one once the graph
+        is (or at once, where it is asked for already)."""
+        if own or self.symbolic is None:
+            return key_replays >= self.after
+        return self.shared is not None or self.replays >= self.after
+
+    def request(
+        self, args: Sequence[Any], kept: Sequence[int] = (), own: bool = False
+    ) -> Future | None:
         """Start compiling kernels for inputs like ``args`` (this call's values: they were just
-        staged): a future of them, callable like the graph; None while the workers are busy.
-        Where their capture is their first run (CPU), the loading thread runs them once first,
-        on copies of every input but those at ``kept`` (parameters and buffers, which the graph
-        never writes): the call that swaps them in then pays no first-run costs (oneDNN's
-        primitives, say), and the staged buffers, which other keys' replays reuse, are not
-        read later."""
+        staged), or for every key of the graph (``symbolic``) unless ``own``: a future of
+        ``MadeKernels``; None while the workers are busy. Where their capture is their first run
+        (CPU), the loading thread runs them once first, on copies of every input but those at
+        ``kept`` (parameters and buffers, which the graph never writes): the call that swaps
+        them in then pays no first-run costs (oneDNN's primitives, say), and the staged buffers,
+        which other keys' replays reuse, are not read later."""
+        if not own and self.symbolic is not None:
+            if self.shared is None:
+                self.shared = self.submit(args, kept, self.symbolic)
+            return self.shared
         signature = input_signature(args)
         made = self.made.get(signature)
         if made is not None and not (made.done() and made.exception() is not None):
             return made
-        future = WORKERS.submit(self.limit, lambda: self.job(args, kept))
+        future = self.submit(args, kept, None)
         if future is not None:
             self.made[signature] = future
+        return future
+
+    def submit(
+        self, args: Sequence[Any], kept: Sequence[int], symbolic: list[SymbolicSpec] | None
+    ) -> Future | None:
+        future = WORKERS.submit(self.limit, lambda: self.job(args, kept, symbolic))
+        if future is not None:
             self.compiles += 1
         return future
 
-    def job(self, args: Sequence[Any], kept: Sequence[int]) -> Job:
+    def failed(self, future: Future) -> bool:
+        """Whether a key whose compile ``future`` failed may ask for one of its own: the shared
+        compile failed, and the graph's keys compile one by one from now on."""
+        if future is self.shared:
+            self.symbolic, self.shared, self.failed_shared = None, None, future
+        return future is self.failed_shared
+
+    def job(
+        self, args: Sequence[Any], kept: Sequence[int], symbolic: list[SymbolicSpec] | None
+    ) -> Job:
         """The request for a worker, and the copies of ``args`` the kernels first run on."""
         if self.graph is None:
             self.graph = pickle_graph(self.gm)
-        request = (self.graph, input_specs(args), self.device_type, self.use_cache)
+        request = (self.graph, input_specs(args), self.device_type, self.use_cache, symbolic)
         if platform_for(self.device_type).warms_up("kernels"):
             return request, None
         warm_args = [

@@ -1,0 +1,88 @@
+"""A small MLP through ``cache_compile`` with ``static_kernel_compile="background"``, in a fresh
+process, called until every key settles; prints a JSON report.
+
+Run twice on one cache folder by ``test_background_cache``: the first process compiles its
+kernels in a worker and stores those its keys keep, the second should start on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+import torch
+
+SETTLE_SECONDS = 120
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cache-dir", required=True)
+    parser.add_argument("--rows", default="4", help="comma-separated row counts, one key each")
+    parser.add_argument("--dynamic", action="store_true")
+    args = parser.parse_args()
+    warnings = Warnings()
+    logging.getLogger("npugraph_ex").addHandler(warnings)
+
+    import npugraph_ex.inference
+    from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+
+    torch.manual_seed(0)
+    model = Mlp()
+    options = {"static_kernel_compile": "background", "background_compile_after": 2,
+               "background_min_gain": 0.01}  # fmt: skip
+    before = live_graph_numbers()
+    cached = npugraph_ex.inference.cache_compile(
+        model.forward, cache_dir=args.cache_dir, dynamic=args.dynamic, options=options
+    )
+    rows = [int(n) for n in args.rows.split(",")]
+    calls, largest_diff = 0, 0.0
+    deadline = time.monotonic() + SETTLE_SECONDS
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            for n in rows:
+                x = torch.randn(n, 32)
+                largest_diff = max(largest_diff, float((cached(x) - model(x)).abs().max()))
+                calls += 1
+            (manager,) = managers_since(before)
+            states = manager.stats.summary()["background"]
+            if not {"aten", "pending", "trial"} & set(states):
+                break
+            time.sleep(0.01)
+    report = {
+        "states": states,
+        "compiles": manager.programs.background.compiles,
+        "calls": calls,
+        "trial_calls": sum(
+            len(times) for e in manager.entries.values() for times in e.graph.times.values()
+        ),
+        "max_output_diff": largest_diff,
+        "info": cached.cache_info(),
+        "warnings": warnings.messages,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The compile cache keeps background kernels: a warm process starts on the kernels an earlier
+one compiled and kept, without compiling or trying them again (``cache/kernel_files``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RUN = Path(__file__).with_name("background_cache_run.py")
+
+
+def run_fresh(cache_dir: Path, *flags: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--cache-dir", str(cache_dir), *flags],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def kernel_files(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.rglob("*.kernels"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "keys"),
+    [
+        pytest.param(("--rows", "4"), 1, id="static"),
+        pytest.param(("--rows", "3,5", "--dynamic"), 2, id="symbolic"),
+    ],
+)
+def test_a_warm_process_starts_on_the_kernels_a_cold_one_kept(
+    tmp_path: Path, flags: tuple[str, ...], keys: int
+) -> None:
+    cold = run_fresh(tmp_path, *flags)
+    assert cold["states"] == {"kernels": keys}
+    assert cold["compiles"] >= 1 and cold["max_output_diff"] < 1e-5
+    stored = kernel_files(tmp_path)
+    assert len(stored) == 1  # one compile: the key's, or the one every key shares
+    assert ("shared" in stored[0].name) == ("--dynamic" in flags)
+
+    warm = run_fresh(tmp_path, *flags)
+    assert warm["states"] == {"kernels": keys}
+    assert warm["compiles"] == 0  # nothing compiled again
+    assert cold["trial_calls"] >= 10 * keys and warm["trial_calls"] == 0  # kept: no trial
+    assert warm["max_output_diff"] < 1e-5
+    assert warm["info"]["hits"] == warm["calls"] and warm["warnings"] == []
+
+
+def test_a_corrupt_kernel_file_is_compiled_again_with_one_warning(tmp_path: Path) -> None:
+    run_fresh(tmp_path, "--rows", "4")
+    (stored,) = kernel_files(tmp_path)
+    data = bytearray(stored.read_bytes())
+    data[-10] ^= 0xFF
+    stored.write_bytes(bytes(data))
+
+    warm = run_fresh(tmp_path, "--rows", "4")
+    assert warm["states"] == {"kernels": 1} and warm["compiles"] == 1
+    assert warm["max_output_diff"] < 1e-5
+    (said,) = warm["warnings"]
+    assert "corrupt" in said and "compiled again" in said
