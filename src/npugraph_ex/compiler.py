@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from npugraph_ex.capture.analysis import GraphFacts, analyse_graph
+from npugraph_ex.capture.analysis import GraphFacts, analyse_graph, mutated_inputs
 from npugraph_ex.capture.deadlock import check_collective_order
 from npugraph_ex.capture.dumping import DumpedCalls
 from npugraph_ex.capture.key_shapes import KeySpecialiser, RowPlan
@@ -93,6 +94,11 @@ class LoweredGraph:
     symbolic: list[SymbolicSpec] | None = None
     """Its inputs' symbolic sizes, for one background compile serving all its keys
     (``kernels/symbolic``), or None."""
+    kernels_gm: torch.fx.GraphModule | None = None
+    """With ``static_kernel_compile="background"``: the graph lowered for Inductor (without the
+    capture-only passes, whose ``out=`` and in-place forms Inductor does not lower), called like
+    ``gm``, which the ATen replay runs with them; None where the two would be called differently
+    (then ``gm`` is the one lowered for Inductor, for both)."""
 
     @property
     def call_inputs(self) -> int:
@@ -113,8 +119,15 @@ def lower_graph(
     mark_origins(gm.graph)
     dumps_original = config.dump_tensor_data and config.data_dump_stage == "original"
     original = copy_of(gm) if dumps_original else None
+    kernels_gm = None
+    if config.static_kernel_compile == "background":
+        kernels_gm = PassManager(PIPELINE, config, graph_name=name)(copy_of(gm), example_inputs)
+        config = dataclasses.replace(config, static_kernel_compile=False)  # the ATen replay's
     passes = PassManager(PIPELINE, config, graph_name=name)
     gm = passes(gm, example_inputs)
+    if kernels_gm is not None and not same_calls(kernels_gm, gm):
+        log.debug("%s: the capture passes changed the graph's calls; one graph for both", name)
+        kernels_gm = None
     static = static_input_indices(len(example_inputs))
     host = gm.meta.get(HOST_INTS)
     if host is not None:
@@ -122,8 +135,29 @@ def lower_graph(
         static = host.kept_indices(static)
     facts = analyse_graph(gm, example_inputs, static)
     rows = RowPlan.of(gm) if gm.meta.get(CAPTURE_PATTERNS) else None
-    symbolic = symbolic_specs(gm)
-    return LoweredGraph(gm, facts, host, list(passes.failed), name, original, rows, symbolic)
+    symbolic = symbolic_specs(kernels_gm if kernels_gm is not None else gm)
+    return LoweredGraph(
+        gm, facts, host, list(passes.failed), name, original, rows, symbolic, kernels_gm
+    )
+
+
+def same_calls(a: torch.fx.GraphModule, b: torch.fx.GraphModule) -> bool:
+    """Whether two lowerings of one graph are called alike: the same inputs (host ints split
+    the same way), outputs, and inputs written."""
+    host_a, host_b = a.meta.get(HOST_INTS), b.meta.get(HOST_INTS)
+    if (host_a is None) != (host_b is None):
+        return False
+    if host_a is not None and (
+        host_a.call_inputs != host_b.call_inputs or len(host_a.outputs) != len(host_b.outputs)
+    ):
+        return False
+    inputs_a, inputs_b = a.graph.find_nodes(op="placeholder"), b.graph.find_nodes(op="placeholder")
+    outputs_a, outputs_b = a.graph.output_node().args[0], b.graph.output_node().args[0]
+    return (
+        len(inputs_a) == len(inputs_b)
+        and len(outputs_a) == len(outputs_b)
+        and mutated_inputs(a.graph) == mutated_inputs(b.graph)
+    )
 
 
 def compile_graph(
@@ -173,7 +207,12 @@ def build_graph_callable(
     kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
     background = (
         BackgroundKernels(
-            gm, facts.device_type, config, runtime.synchronize, lowered.symbolic, kernel_store
+            lowered.kernels_gm if lowered.kernels_gm is not None else gm,
+            facts.device_type,
+            config,
+            runtime.synchronize,
+            lowered.symbolic,
+            kernel_store,
         )
         if tier == "background"
         else None

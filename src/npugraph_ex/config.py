@@ -119,6 +119,11 @@ class Config:
     """With ``static_kernel_compile="background"``: how much faster (median over real calls) a
     key's compiled kernels must be than its ATen replay to be kept; else the ATen replay stays."""
 
+    background_cores: int = checked_field(1, check_int(0))
+    """With ``static_kernel_compile="background"``: cores given to background compiles while
+    they run (the worker process and the loading of its results pinned to the last ones; replays
+    of the graph's keys use fewer intra-op threads meanwhile); 0 shares every core."""
+
     disable_static_kernel_compile_cache: bool = checked_field(False, check_bool)
     """Compile static kernels afresh instead of reusing the on-disk cache."""
 

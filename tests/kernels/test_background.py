@@ -7,6 +7,7 @@ graphs here are tiny and share one Inductor cache directory across the tests."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ import torch
 from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.kernels.background import WORKERS
+from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
 
 SETTLE_SECONDS = 120
 
@@ -94,6 +96,7 @@ def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
     fn = compiled(model, background_compile_after=1)
     x = torch.randn(4, 32)
     fn(x)
+    WORKERS.shutdown()  # the compile goes to a new worker, which takes seconds to start
     fn(x)  # hot: the compile starts
     assert tiers() == {"pending": 1}
     WORKERS.shutdown()  # kills the worker mid-compile
@@ -136,6 +139,7 @@ with torch.no_grad():
     for _ in range(3):
         fn(torch.randn(4, 32))
 from npugraph_ex.kernels.background import WORKERS
+from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
 print(*[w.process.pid for w in WORKERS.workers])
 """
 
@@ -281,3 +285,49 @@ def test_a_static_graph_has_no_symbolic_compile() -> None:
 
     gm = torch.fx.symbolic_trace(mlp())
     assert symbolic_specs(gm) is None
+
+
+@pytest.mark.skipif(len(usable_cores()) < 2, reason="needs two cores")
+@torch.no_grad()
+def test_background_work_runs_on_its_own_core_and_replays_leave_it_free() -> None:
+    from torch._dynamo.utils import counters
+
+    cores = usable_cores()
+    threads = torch.get_num_threads()
+    model = mlp()
+    fn = compiled(model, background_compile_after=1)
+    x = torch.randn(4, 32)
+    fn(x)
+    fn(x)  # hot: the compile starts
+    traced = counters["stats"]["unique_graphs"]
+    assert WORKERS.in_flight == 1
+    (worker,) = [w for w in WORKERS.workers if w.alive]
+    assert os.sched_getaffinity(worker.process.pid) == {cores[-1]}
+    with serving_threads(1):
+        assert torch.get_num_threads() == min(threads, len(cores) - 1)
+    assert torch.get_num_threads() == threads
+    call_until_settled(fn, model)
+    assert WORKERS.in_flight == 0 and torch.get_num_threads() == threads
+    assert counters["stats"]["unique_graphs"] == traced  # no compile again for the count
+
+
+def test_no_core_is_set_aside_when_asked_for_none() -> None:
+    assert background_cores(0) == set()
+    threads = torch.get_num_threads()
+    with serving_threads(0):
+        assert torch.get_num_threads() == threads
+
+
+@torch.no_grad()
+def test_the_aten_replay_runs_the_capture_passes_and_the_worker_gets_the_graph_without() -> None:
+    def joined(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x.relu(), x.sigmoid()], dim=1) * 2
+
+    before = live_graph_numbers()
+    fn = compiled(joined, background_compile_after=10**6)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(fn(x), joined(x))
+    (manager,) = managers_since(before)
+    cat = torch.ops.aten.cat.default
+    assert not manager.fn.graph.find_nodes(op="call_function", target=cat)  # remove_cat_ops
+    assert manager.programs.background.gm.graph.find_nodes(op="call_function", target=cat)

@@ -105,8 +105,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="NAMES",
         help="comma-separated variants for every workload (eager always runs: it is the "
-        f"baseline). Default {defaults}. Others: aot_eager, inductor, inductor+cpp_wrapper "
-        "(cpu), reduce-overhead, cudagraphs (cuda)",
+        f"baseline). Default {defaults}. Others: npugraph_ex+background, aot_eager, inductor, "
+        "inductor+async (Inductor's async+subprocess compile mode), inductor+cpp_wrapper (cpu), "
+        "reduce-overhead, cudagraphs (cuda)",
     )
     parser.add_argument(
         "--peers",

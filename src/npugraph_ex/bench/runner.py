@@ -1,11 +1,14 @@
 """Running one workload: every variant's first run in turn, then all of them timed interleaved.
 
 First runs go one variant at a time (each pays its own compilation and captures, and its
-memory is measured alone); the steady figures then come from one interleaved loop over all of
-them, so every ratio is measured side by side. Eager runs first: it is every ratio's baseline
-and the reference for the greedy tokens. A compiled variant whose first run raises (a peer
-backend that cannot compile the model on this device) is reported as failed, with its error,
-and left out of the timing; the others still run.
+memory is measured alone); a variant that settles runs until it has settled right after its
+first run, before the next variant starts, so its background compiles overlap no other
+variant's first run and its time to steady speed counts no other variant's work. The steady
+figures then come from one interleaved loop over all of them, so every ratio is measured side
+by side. Eager runs first: it is every ratio's baseline and the reference for the greedy
+tokens. A compiled variant whose first run or settling raises (a peer backend that cannot
+compile the model on this device, a background compile that failed) is reported as failed,
+with its error, and left out of the timing; the others still run.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Any
 import torch
 
 from npugraph_ex.bench.graphs import CaptureSummary, live_graph_numbers, managers_since, summarise
+from npugraph_ex.bench.inductor_async import Swaps
 from npugraph_ex.bench.memory import MemoryMeter
 from npugraph_ex.bench.progress import Progress
-from npugraph_ex.bench.settling import CallTimes, Settling, settle
+from npugraph_ex.bench.settling import CallTimes, KeyStates, Settling, Watched, settle
 from npugraph_ex.bench.timing import interleaved, median, spread
 from npugraph_ex.bench.variants import BASELINE, VARIANTS, Variant
 from npugraph_ex.bench.workload import Agreement, Generation, Run, Workload, agreement
@@ -127,6 +131,9 @@ class FirstRun:
     result: VariantResult
     managers: list[Any]
     calls: CallTimes | None = None
+    """Times each call while the variant settles (a variant that settles only)."""
+    watched: Watched | None = None
+    """What the variant settles by (a variant that settles only)."""
 
 
 def compile_args(workload: Workload, variant: Variant) -> dict[str, Any] | None:
@@ -140,7 +147,8 @@ def compile_args(workload: Workload, variant: Variant) -> dict[str, Any] | None:
 def first_run(workload: Workload, variant: Variant, device: str, progress: Progress) -> FirstRun:
     """Prepare ``variant``'s step and run it the first time, measuring time and memory."""
     args = compile_args(workload, variant)
-    prepared = variant.prepare(workload.step(), args)
+    prepared = variant.prepare(workload.step(), args)  # compiles lazily, at the first call
+    swaps = Swaps() if variant.async_subprocess else None  # counted from before its compile
     calls = CallTimes(prepared) if variant.settles else None
     run = workload.bind(calls or prepared)
     gc.collect()
@@ -153,18 +161,37 @@ def first_run(workload: Workload, variant: Variant, device: str, progress: Progr
     memory = meter.stop()
     managers = managers_since(before) if variant.captures else []
     result = VariantResult(variant, seconds, memory, generation, [])
-    return FirstRun(run, result, managers, calls)
+    watched: Watched | None = swaps
+    if watched is None and variant.settles:
+        watched = KeyStates(managers)
+    return FirstRun(run, result, managers, calls, watched)
+
+
+def run_until_settled(first: FirstRun, name: str, workload: Workload, progress: Progress) -> None:
+    """Run a variant that settles until it has, timing each call (``settling``); raises where
+    what it watched says its figures would not be its own (``Watched.problem``)."""
+    watched = first.watched
+    if first.calls is None or watched is None:
+        return
+    with progress.phase(f"{workload.name}: {name}, until its {watched.what}s settle"):
+        first.result.settling = settle(first.run.block, first.calls, watched, SETTLE_LIMIT_S)
+    problem = watched.problem()
+    if problem is not None:
+        raise RuntimeError(problem)
 
 
 def first_runs(
     workload: Workload, names: list[str], device: str, progress: Progress
 ) -> tuple[dict[str, FirstRun], dict[str, str]]:
-    """Each variant's first run in turn; those of compiled variants that raise, by error."""
+    """Each variant's first run, and settling for one that settles, in turn; those of compiled
+    variants that raise, by error."""
     firsts: dict[str, FirstRun] = {}
     failed: dict[str, str] = {}
     for name in names:
         try:
-            firsts[name] = first_run(workload, VARIANTS[name], device, progress)
+            first = first_run(workload, VARIANTS[name], device, progress)
+            run_until_settled(first, name, workload, progress)
+            firsts[name] = first
         except Exception as error:
             if name == BASELINE:
                 raise
@@ -178,11 +205,6 @@ def run_workload(
 ) -> WorkloadResult:
     """First runs of every variant, then ``repeats`` interleaved timed rounds after one warm-up."""
     firsts, failed = first_runs(workload, names, device, progress)
-    for name, first in firsts.items():
-        if first.calls is not None:
-            with progress.phase(f"{workload.name}: {name}, until its keys settle"):
-                limit = SETTLE_LIMIT_S
-                first.result.settling = settle(first.run.block, first.calls, first.managers, limit)
     blocks = {name: first.run.block for name, first in firsts.items()}
     label = f"{workload.name}: timing {len(blocks)} variants, {repeats} interleaved repeats"
     with progress.phase(label, total=repeats + 1) as advance:

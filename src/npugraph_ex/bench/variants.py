@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.bench import inductor_async
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -37,8 +39,11 @@ class Variant:
     """Compiled by ``npugraph_ex.inference.cache_compile`` on an empty folder (a cold start)
     instead of ``torch.compile``."""
     settles: bool = False
-    """Its keys change form while it serves (background compiles): it runs until they settle,
+    """Its code changes form while it serves (background compiles): it runs until it settles,
     timed call by call, before the timed rounds (``settling``)."""
+    async_subprocess: bool = False
+    """Compiled by Inductor under its ``async+subprocess`` FX compile mode, for this variant's
+    compiles only (``inductor_async``)."""
 
     @property
     def compiled(self) -> bool:
@@ -46,7 +51,8 @@ class Variant:
 
     def compile_args(self, *, dynamic: bool, npugraph_options: Mapping[str, Any]) -> dict:
         """The keyword arguments of ``torch.compile`` (``fullgraph=True`` always), and
-        ``cache_compile=True`` for a variant compiled through the compile cache.
+        ``cache_compile=True`` for a variant compiled through the compile cache, or
+        ``fx_compile_mode`` (``TORCHINDUCTOR_FX_COMPILE_MODE``) for one compiled under it.
 
         ``npugraph_options`` (a workload's ``capture_limit``) go to npugraph_ex variants only.
         """
@@ -60,6 +66,8 @@ class Variant:
             args["options"] = options
         if self.cached:
             args["cache_compile"] = True  # through cache_compile (fullgraph, this backend)
+        if self.async_subprocess:
+            args["fx_compile_mode"] = inductor_async.MODE
         return args
 
     def prepare(
@@ -73,6 +81,8 @@ class Variant:
             return step
         if self.cached:
             return cache_compiled(step, args)
+        if self.async_subprocess:
+            return inductor_async.compiled(own_code(step, self.name), args)
         return torch.compile(own_code(step, self.name), **args)
 
 
@@ -104,6 +114,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant("aot_eager", backend="aot_eager"),
         Variant("inductor", backend="inductor"),
+        Variant("inductor+async", backend="inductor", settles=True, async_subprocess=True),
         Variant(
             "inductor+cpp_wrapper",
             backend="inductor",

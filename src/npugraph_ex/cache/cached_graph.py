@@ -78,6 +78,7 @@ class CachedGraph:
             original,
             record.rows,
             record.symbolic,
+            load_graph(record.kernels_graph) if record.kernels_graph is not None else None,
         )
         call = build_graph_callable(lowered, self.config, self.kernel_store)
         self.record = without_graph(record)
@@ -137,7 +138,7 @@ class CachedGraph:
 
 def without_graph(record: GraphRecord) -> GraphRecord:
     """``record`` without its pickled graphs, once a capture manager exists for them."""
-    return dataclasses.replace(record, graph=b"", original=None)
+    return dataclasses.replace(record, graph=b"", original=None, kernels_graph=None)
 
 
 def output_value(entry: tuple[Any, ...], outputs: list[Any], args: Sequence[Any]) -> Any:

@@ -63,6 +63,8 @@ class GraphRecord:
     the stored graph no longer has)."""
     symbolic: list[tuple[Any, ...]] | None = None
     """Its inputs' symbolic sizes (``LoweredGraph.symbolic``), read from those values too."""
+    kernels_graph: bytes | None = None
+    """The graph lowered for background kernels (``LoweredGraph.kernels_gm``), pickled."""
 
 
 class GraphRecorder:
@@ -113,6 +115,9 @@ class GraphRecorder:
             input_names=self.input_names,
             rows=lowered.rows,
             symbolic=lowered.symbolic,
+            kernels_graph=(
+                pickle_graph(lowered.kernels_gm) if lowered.kernels_gm is not None else None
+            ),
         )
 
     def finish(self) -> GraphRecord | None:

@@ -28,7 +28,8 @@ from typing import Any
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.kernels.background import BackgroundKernels, MadeKernels
+from npugraph_ex.kernels.background import WORKERS, BackgroundKernels, MadeKernels
+from npugraph_ex.kernels.cores import serving_threads
 from npugraph_ex.kernels.symbolic import guards_hold
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
@@ -79,6 +80,12 @@ class TieredGraph(CapturedGraph):
         return self.current.outputs
 
     def replay(self) -> list[Any]:
+        if WORKERS.in_flight:  # leave the background cores to the compiles
+            with serving_threads(self.background.cores):
+                return self.step()
+        return self.step()
+
+    def step(self) -> list[Any]:
         if self.settled:
             return self.current.replay()
         if self.state == "aten":

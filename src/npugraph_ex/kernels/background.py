@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ import torch
 import torch.fx
 
 from npugraph_ex.kernels.compile_worker import read_message, write_message
+from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import load_graph, pickle_graph
 from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
 from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
@@ -108,10 +110,15 @@ def compile_in_worker(
     device: str,
     use_cache: bool,
     symbolic: list[SymbolicSpec] | None = None,
+    threads: int = 0,
 ) -> tuple[bytes, str | None]:
     """In the worker: the graph lowered for inputs like ``specs`` (with the sizes of
     ``symbolic`` left symbolic, where given), as Inductor's compiled graph serialised for the
-    serving process, and the guards of a symbolic compile."""
+    serving process, and the guards of a symbolic compile. ``threads``: the serving process's
+    intra-op threads, which Inductor's CPU kernels are written for (the worker, pinned to
+    fewer cores, would count its own)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -145,15 +152,24 @@ def load_compiled(data: bytes) -> Callable[..., Any]:
 
 
 class Worker:
-    """One worker process (``compile_worker``) and the compile it runs, if any."""
+    """One worker process (``compile_worker``) and the compile it runs, if any; it and the
+    thread loading its results run on ``cores`` (``kernels/cores``), where given."""
 
-    def __init__(self) -> None:
+    def __init__(self, cores: set[int], done: Callable[[], None]) -> None:
+        env = dict(os.environ)
+        if cores:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cores))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "npugraph_ex.kernels.compile_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
+        pin(self.process.pid, cores)
+        self.cores = cores
+        self.done = done
+        """Called when a compile's result is loaded, or failed."""
         self.future: Future | None = None
         self.warm_args: Sequence[Any] | None = None
         self.symbolic = False
@@ -173,24 +189,28 @@ class Worker:
     def wait(self) -> None:
         """On this worker's thread: the reply, loaded (the first load in a process builds and
         imports Inductor's bindings, about a second, which the serving thread must not wait
-        for)."""
+        for). The load runs on the worker's cores: its compiler probes are processes too."""
+        pin(0, self.cores)
         reply = read_message(self.process.stdout)
         future, self.future = self.future, None
         warm_args, self.warm_args = self.warm_args, None
-        if reply is None:
-            future.set_exception(RuntimeError("the compile worker process exited"))
-        elif not reply[0]:
-            future.set_exception(RuntimeError(reply[1]))
-        else:
-            try:
-                data, guards = reply[1]
-                kernels = load_compiled(data)
-                if warm_args is not None:
-                    with torch.no_grad():
-                        kernels(*warm_args)  # lazily made state, made here, not in a call
-                future.set_result(MadeKernels(kernels, guards, self.symbolic, data))
-            except Exception as error:  # a result this process cannot load: ATen stays
-                future.set_exception(error)
+        try:
+            if reply is None:
+                raise RuntimeError("the compile worker process exited")
+            if not reply[0]:
+                raise RuntimeError(reply[1])
+            data, guards = reply[1]
+            kernels = load_compiled(data)
+            if warm_args is not None:
+                with torch.no_grad():
+                    kernels(*warm_args)  # lazily made state, made here, not in a call
+            made = MadeKernels(kernels, guards, self.symbolic, data)
+        except Exception as error:  # a failed compile, or a result this process cannot load
+            self.done()
+            future.set_exception(error)
+            return
+        self.done()
+        future.set_result(made)
 
     def stop(self) -> None:
         if self.alive:
@@ -204,18 +224,26 @@ class Workers:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.workers: list[Worker] = []
+        self.in_flight = 0
+        """Compiles sent and not yet loaded (or failed): while any is, replays of tiered keys
+        leave the background cores to them (``kernels/cores``)."""
 
-    def submit(self, limit: int, make: Callable[[], Job]) -> Future | None:
+    def finished(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def submit(self, limit: int, make: Callable[[], Job], cores: int = 0) -> Future | None:
         """A compile of the job ``make()`` builds started (the request and the inputs its
         kernels are first run on, if any, before they are ready), or None while ``limit``
-        compiles are in flight; ``make`` is called only when a worker is free."""
+        compiles are in flight; ``make`` is called only when a worker is free. A new worker
+        runs on the last ``cores`` cores (``kernels/cores``)."""
         with self.lock:
             self.workers = [w for w in self.workers if w.alive or w.future is not None]
             idle = [w for w in self.workers if w.future is None]
             if not idle and len(self.workers) >= limit:
                 return None
             request, warm_args = make()
-            worker = idle[0] if idle else Worker()
+            worker = idle[0] if idle else Worker(background_cores(cores), self.finished)
             if not idle:
                 self.workers.append(worker)
             future: Future = Future()
@@ -224,6 +252,8 @@ class Workers:
             except OSError as error:  # the worker died before it took the request
                 worker.future = None
                 future.set_exception(error)
+            else:
+                self.in_flight += 1  # under the lock: the worker's ``finished`` waits for it
         return future
 
     def shutdown(self) -> None:
@@ -260,6 +290,10 @@ class BackgroundKernels:
         self.after = config.background_compile_after
         self.limit = config.background_compiles_in_flight
         self.min_gain = config.background_min_gain
+        self.cores = config.background_cores
+        self.threads = torch.get_num_threads()
+        """The intra-op threads of calls, read here: a replay during a compile runs with fewer
+        (``kernels/cores``)."""
         self.chooses = config.static_kernels_for
         self.synchronize = synchronize
         """Waits for the device's queued work (a timed call ends when its kernels do)."""
@@ -366,7 +400,7 @@ class BackgroundKernels:
     def submit(
         self, args: Sequence[Any], kept: Sequence[int], symbolic: list[SymbolicSpec] | None
     ) -> Future | None:
-        future = WORKERS.submit(self.limit, lambda: self.job(args, kept, symbolic))
+        future = WORKERS.submit(self.limit, lambda: self.job(args, kept, symbolic), self.cores)
         if future is not None:
             self.compiles += 1
         return future
@@ -384,7 +418,14 @@ class BackgroundKernels:
         """The request for a worker, and the copies of ``args`` the kernels first run on."""
         if self.graph is None:
             self.graph = pickle_graph(self.gm)
-        request = (self.graph, input_specs(args), self.device_type, self.use_cache, symbolic)
+        request = (
+            self.graph,
+            input_specs(args),
+            self.device_type,
+            self.use_cache,
+            symbolic,
+            self.threads,
+        )
         if platform_for(self.device_type).warms_up("kernels"):
             return request, None
         warm_args = [

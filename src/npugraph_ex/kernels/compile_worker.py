@@ -2,9 +2,9 @@
 
 A fresh interpreter (not a fork or a spawn of the serving process, which would import the user's
 script again): it reads requests from stdin and writes results to stdout, each a pickle preceded
-by its length (8 bytes, little-endian). A request is ``(graph, specs, device, use_cache)``
-(``background.compile_in_worker``'s arguments); a result is ``(True, compiled bytes)`` or
-``(False, "ErrorType: message")``. It exits when stdin closes.
+by its length (8 bytes, little-endian). A request is ``(graph, specs, device, use_cache,
+symbolic, threads)`` (``background.compile_in_worker``'s arguments); a result is ``(True,
+(compiled bytes, guards))`` or ``(False, "ErrorType: message")``. It exits when stdin closes.
 """
 
 from __future__ import annotations
