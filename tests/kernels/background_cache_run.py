@@ -27,13 +27,18 @@ class Mlp(torch.nn.Module):
         return self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-class Warnings(logging.Handler):
+class Messages(logging.Handler):
+    """What npugraph_ex said: warnings, and every message (for a failing test's report)."""
+
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
+        super().__init__(logging.DEBUG)
+        self.warnings: list[str] = []
+        self.said: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        self.said.append(record.getMessage())
+        if record.levelno >= logging.WARNING:
+            self.warnings.append(record.getMessage())
 
 
 def main() -> None:
@@ -42,8 +47,9 @@ def main() -> None:
     parser.add_argument("--rows", default="4", help="comma-separated row counts, one key each")
     parser.add_argument("--dynamic", action="store_true")
     args = parser.parse_args()
-    warnings = Warnings()
-    logging.getLogger("npugraph_ex").addHandler(warnings)
+    messages = Messages()
+    logging.getLogger("npugraph_ex").addHandler(messages)
+    logging.getLogger("npugraph_ex").setLevel(logging.DEBUG)
 
     import npugraph_ex.inference
     from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
@@ -79,7 +85,8 @@ def main() -> None:
         ),
         "max_output_diff": largest_diff,
         "info": cached.cache_info(),
-        "warnings": warnings.messages,
+        "warnings": messages.warnings,
+        "said": [m for m in messages.said if "background" in m or "kernels" in m],
     }
     print(json.dumps(report))
 

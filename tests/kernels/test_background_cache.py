@@ -38,14 +38,14 @@ def test_a_warm_process_starts_on_the_kernels_a_cold_one_kept(
     tmp_path: Path, flags: tuple[str, ...], keys: int
 ) -> None:
     cold = run_fresh(tmp_path, *flags)
-    assert cold["states"] == {"kernels": keys}
+    assert cold["states"] == {"kernels": keys}, cold
     assert cold["compiles"] >= 1 and cold["max_output_diff"] < 1e-5
     stored = kernel_files(tmp_path)
     assert len(stored) == 1  # one compile: the key's, or the one every key shares
     assert ("shared" in stored[0].name) == ("--dynamic" in flags)
 
     warm = run_fresh(tmp_path, *flags)
-    assert warm["states"] == {"kernels": keys}
+    assert warm["states"] == {"kernels": keys}, warm
     assert warm["compiles"] == 0  # nothing compiled again
     assert cold["trial_calls"] >= 10 * keys and warm["trial_calls"] == 0  # kept: no trial
     assert warm["max_output_diff"] < 1e-5

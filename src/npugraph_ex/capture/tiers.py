@@ -8,7 +8,8 @@ faster (``static_kernel_compile="background"``).
               captured (that call's result is theirs: nothing runs twice); shared kernels whose
               guards this key's inputs fail, or a shared compile that failed, send the key back
               to ``aten`` to ask for kernels of its own
-    trial     alternates the two forms on real calls, ``TRIAL_CALLS`` each, timed
+    trial     alternates the two forms on real calls, ``TRIAL_CALLS`` each, timed (while no
+              other compile runs: its calls replay ATen, untimed)
     kernels   the kernels were at least ``background_min_gain`` times faster: the ATen graph is
               released
     aten kept the kernels were slower, failed to compile, failed to capture, or the key was not
@@ -142,6 +143,8 @@ class TieredGraph(CapturedGraph):
         return self.aten.replay()
 
     def trial(self) -> list[Any]:
+        if WORKERS.in_flight:  # another compile shares the cores: no fair time; wait untimed
+            return self.aten.replay()
         kernels, aten = self.times["kernels"], self.times["aten"]
         form = "kernels" if len(kernels) <= len(aten) else "aten"
         graph = self.kernels if form == "kernels" else self.aten

@@ -50,9 +50,10 @@ log = logging.getLogger(__name__)
 InputSpec = tuple[Any, ...]
 """A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
 
-Job = tuple[tuple[Any, ...], "list[Any] | None"]
-"""A worker's request (``compile_in_worker``'s arguments), and the inputs the kernels it makes
-are first run on in the loading thread, or None."""
+Job = tuple[Callable[[], tuple[Any, ...]], bool, "list[Any] | None"]
+"""What makes a worker's request (``compile_in_worker``'s arguments; called on the worker's
+thread, as pickling a graph takes a tenth of a second and more), whether it is a symbolic compile,
+and the inputs the kernels it makes are first run on in the loading thread, or None."""
 
 
 def input_specs(args: Sequence[Any]) -> list[InputSpec]:
@@ -178,20 +179,26 @@ class Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def start(
-        self, request: tuple[Any, ...], future: Future, warm_args: Sequence[Any] | None
-    ) -> None:
-        self.future, self.warm_args = future, warm_args
-        self.symbolic = request[4] is not None
-        write_message(self.process.stdin, request)
-        threading.Thread(target=self.wait, name="npugraph_ex-compile", daemon=True).start()
+    def start(self, job: Job, future: Future) -> None:
+        request, self.symbolic, self.warm_args = job
+        self.future = future
+        thread = threading.Thread(
+            target=self.run, args=(request,), name="npugraph_ex-compile", daemon=True
+        )
+        thread.start()
 
-    def wait(self) -> None:
-        """On this worker's thread: the reply, loaded (the first load in a process builds and
-        imports Inductor's bindings, about a second, which the serving thread must not wait
-        for). The load runs on the worker's cores: its compiler probes are processes too."""
+    def run(self, request: Callable[[], tuple[Any, ...]]) -> None:
+        """On this worker's thread: the request made and sent (a write the pipe takes only as
+        the worker reads it, after its start of a second or two), then the reply, loaded (the
+        first load in a process builds and imports Inductor's bindings, about a second). None
+        of it is the serving thread's wait. The load runs on the worker's cores: its compiler
+        probes are processes too."""
         pin(0, self.cores)
-        reply = read_message(self.process.stdout)
+        try:
+            write_message(self.process.stdin, request())
+            reply = read_message(self.process.stdout)
+        except OSError:  # the worker died before it took the request
+            reply = None
         future, self.future = self.future, None
         warm_args, self.warm_args = self.warm_args, None
         try:
@@ -242,18 +249,13 @@ class Workers:
             idle = [w for w in self.workers if w.future is None]
             if not idle and len(self.workers) >= limit:
                 return None
-            request, warm_args = make()
+            job = make()
             worker = idle[0] if idle else Worker(background_cores(cores), self.finished)
             if not idle:
                 self.workers.append(worker)
             future: Future = Future()
-            try:
-                worker.start(request, future, warm_args)
-            except OSError as error:  # the worker died before it took the request
-                worker.future = None
-                future.set_exception(error)
-            else:
-                self.in_flight += 1  # under the lock: the worker's ``finished`` waits for it
+            self.in_flight += 1  # under the lock: the worker's ``finished`` waits for it
+            worker.start(job, future)
         return future
 
     def shutdown(self) -> None:
@@ -299,6 +301,7 @@ class BackgroundKernels:
         """Waits for the device's queued work (a timed call ends when its kernels do)."""
         self.graph: bytes | None = None
         """The graph in the cache's format, made at the first request."""
+        self.pickling = threading.Lock()
         self.symbolic = symbolic
         """The placeholders' symbolic sizes (``symbolic_specs``), for one compile serving
         every key; None for a static graph, or once its symbolic compile failed."""
@@ -415,24 +418,28 @@ class BackgroundKernels:
     def job(
         self, args: Sequence[Any], kept: Sequence[int], symbolic: list[SymbolicSpec] | None
     ) -> Job:
-        """The request for a worker, and the copies of ``args`` the kernels first run on."""
-        if self.graph is None:
-            self.graph = pickle_graph(self.gm)
-        request = (
-            self.graph,
-            input_specs(args),
-            self.device_type,
-            self.use_cache,
-            symbolic,
-            self.threads,
-        )
+        """What makes the request for a worker, and the copies of ``args`` the kernels first run
+        on (made now: the staged buffers are other keys' too)."""
+        specs = input_specs(args)
+
+        def request() -> tuple[Any, ...]:
+            return (self.graph_bytes(), specs, self.device_type, self.use_cache, symbolic,
+                    self.threads)  # fmt: skip
+
         if platform_for(self.device_type).warms_up("kernels"):
-            return request, None
+            return request, symbolic is not None, None
         warm_args = [
             a if i in kept or not isinstance(a, torch.Tensor) else a.clone()
             for i, a in enumerate(args)
         ]
-        return request, warm_args
+        return request, symbolic is not None, warm_args
+
+    def graph_bytes(self) -> bytes:
+        """The graph in the cache's format, made once (on a worker's thread)."""
+        with self.pickling:
+            if self.graph is None:
+                self.graph = pickle_graph(self.gm)
+            return self.graph
 
     def wants(self, args: Sequence[Any]) -> bool:
         return chosen(self.chooses, args)
