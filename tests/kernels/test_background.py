@@ -298,6 +298,7 @@ def test_background_work_runs_on_its_own_core_and_replays_leave_it_free() -> Non
     fn = compiled(model, background_compile_after=1)
     x = torch.randn(4, 32)
     fn(x)
+    WORKERS.shutdown()  # the compile goes to a new worker, which takes seconds to start
     fn(x)  # hot: the compile starts
     traced = counters["stats"]["unique_graphs"]
     assert WORKERS.in_flight == 1

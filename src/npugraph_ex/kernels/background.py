@@ -24,6 +24,7 @@ the same sizes loads the kernels from disk.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -140,6 +141,42 @@ def compile_in_worker(
     return GraphPickler.dumps(compiled), guards
 
 
+class Loading:
+    """What the first load of compiled kernels in a process does before it loads them, done
+    once per process and device in a thread on the background cores as soon as a graph may
+    compile in the background (its first call, which compiles and captures anyway): Inductor's
+    loading modules imported and, for CPU kernels, the compiler probed for its vector
+    instructions (six child processes, about a second; ``pick_vec_isa`` keeps the answer).
+    Done in the first load instead, it held the serving thread's calls up to 24 ms."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.devices: set[str] = set()
+
+    def prepare(self, device_type: str, cores: int) -> None:
+        with self.lock:
+            if device_type in self.devices:
+                return
+            self.devices.add(device_type)
+        threading.Thread(
+            target=self.run, args=(device_type, background_cores(cores)), daemon=True
+        ).start()
+
+    @staticmethod
+    def run(device_type: str, cores: set[int]) -> None:
+        pin(0, cores)
+        with contextlib.suppress(Exception):  # the first load then does it, as it would
+            from torch._inductor import codecache, output_code  # noqa: F401
+
+            if device_type == "cpu":
+                from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+                pick_vec_isa()
+
+
+LOADING = Loading()
+
+
 def load_compiled(data: bytes) -> Callable[..., Any]:
     """The compiled graph a worker sent, ready to call like the FX graph (positional inputs)."""
     import torch._inductor.debug  # noqa: F401  (a compiled graph's call reads it)
@@ -207,7 +244,12 @@ class Worker:
             if not reply[0]:
                 raise RuntimeError(reply[1])
             data, guards = reply[1]
-            kernels = load_compiled(data)
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(0.0002)
+            try:
+                kernels = load_compiled(data)
+            finally:
+                sys.setswitchinterval(interval)
             if warm_args is not None:
                 with torch.no_grad():
                     kernels(*warm_args)  # lazily made state, made here, not in a call
@@ -294,6 +336,7 @@ class BackgroundKernels:
         self.min_gain = config.background_min_gain
         self.cores = config.background_cores
         self.threads = torch.get_num_threads()
+        LOADING.prepare(device_type, self.cores)
         """The intra-op threads of calls, read here: a replay during a compile runs with fewer
         (``kernels/cores``)."""
         self.chooses = config.static_kernels_for
