@@ -43,7 +43,7 @@ def measure(cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any
     from npugraph_ex.bench.decode import Decode
     from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
     from npugraph_ex.bench.presets import qwen3_config
-    from npugraph_ex.kernels.background import WORKERS
+    from npugraph_ex.kernels.workers import WORKERS
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()

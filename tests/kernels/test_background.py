@@ -19,8 +19,8 @@ import torch
 
 from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-from npugraph_ex.kernels.background import WORKERS
 from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
+from npugraph_ex.kernels.workers import WORKERS
 
 SETTLE_SECONDS = 120
 
@@ -35,6 +35,17 @@ def compiled(
 ) -> Callable[..., torch.Tensor]:
     options = {"static_kernel_compile": "background", "background_compile_after": 2, **options}
     return torch.compile(model, backend="npugraph_ex", dynamic=dynamic, options=options)
+
+
+def compiling_in_a_new_worker(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    """``model`` compiled, called until its key is hot, its compile sent to a new worker: one
+    that takes seconds to start, so the compile is surely still in flight after the call."""
+    fn = compiled(model, background_compile_after=1)
+    x = torch.randn(4, 32)
+    fn(x)
+    WORKERS.shutdown()
+    fn(x)  # hot: the compile starts
+    return fn
 
 
 def tiers() -> dict[str, int]:
@@ -93,11 +104,7 @@ def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     model = mlp()
-    fn = compiled(model, background_compile_after=1)
-    x = torch.randn(4, 32)
-    fn(x)
-    WORKERS.shutdown()  # the compile goes to a new worker, which takes seconds to start
-    fn(x)  # hot: the compile starts
+    fn = compiling_in_a_new_worker(model)
     assert tiers() == {"pending": 1}
     WORKERS.shutdown()  # kills the worker mid-compile
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
@@ -138,7 +145,7 @@ fn = torch.compile(model, backend="npugraph_ex",
 with torch.no_grad():
     for _ in range(3):
         fn(torch.randn(4, 32))
-from npugraph_ex.kernels.background import WORKERS
+from npugraph_ex.kernels.workers import WORKERS
 from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
 print(*[w.process.pid for w in WORKERS.workers])
 """
@@ -235,9 +242,9 @@ def test_a_failed_symbolic_compile_leaves_each_key_a_compile_of_its_own(
 
 
 def test_a_symbolic_compile_returns_the_guards_its_keys_must_pass() -> None:
-    from npugraph_ex.kernels.background import compile_in_worker, input_specs
     from npugraph_ex.kernels.graph_bytes import pickle_graph
     from npugraph_ex.kernels.symbolic import guards_hold, symbolic_specs
+    from npugraph_ex.kernels.workers import compile_in_worker, input_specs
 
     gm, args = traced_dynamic_mlp()
     symbolic = symbolic_specs(gm)
@@ -295,11 +302,7 @@ def test_background_work_runs_on_its_own_core_and_replays_leave_it_free() -> Non
     cores = usable_cores()
     threads = torch.get_num_threads()
     model = mlp()
-    fn = compiled(model, background_compile_after=1)
-    x = torch.randn(4, 32)
-    fn(x)
-    WORKERS.shutdown()  # the compile goes to a new worker, which takes seconds to start
-    fn(x)  # hot: the compile starts
+    fn = compiling_in_a_new_worker(model)
     traced = counters["stats"]["unique_graphs"]
     assert WORKERS.in_flight == 1
     (worker,) = [w for w in WORKERS.workers if w.alive]

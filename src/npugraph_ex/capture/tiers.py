@@ -29,9 +29,10 @@ from typing import Any
 
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.kernels.background import WORKERS, BackgroundKernels, MadeKernels
+from npugraph_ex.kernels.background import BackgroundKernels
 from npugraph_ex.kernels.cores import serving_threads
 from npugraph_ex.kernels.symbolic import guards_hold
+from npugraph_ex.kernels.workers import WORKERS, MadeKernels
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A fresh interpreter (not a fork or a spawn of the serving process, which would import the user's
 script again): it reads requests from stdin and writes results to stdout, each a pickle preceded
 by its length (8 bytes, little-endian). A request is ``(graph, specs, device, use_cache,
-symbolic, threads)`` (``background.compile_in_worker``'s arguments); a result is ``(True,
+symbolic, threads)`` (``workers.compile_in_worker``'s arguments); a result is ``(True,
 (compiled bytes, guards))`` or ``(False, "ErrorType: message")``. It exits when stdin closes.
 """
 
@@ -37,7 +37,7 @@ def read_message(stream: BinaryIO) -> Any:
 
 
 def serve(requests: BinaryIO, results: BinaryIO) -> None:
-    from npugraph_ex.kernels.background import compile_in_worker
+    from npugraph_ex.kernels.workers import compile_in_worker
 
     while (request := read_message(requests)) is not None:
         try:
