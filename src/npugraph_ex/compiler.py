@@ -28,7 +28,7 @@ from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.background import BackgroundKernels, KernelStore
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.kernels.symbolic import SymbolicSpec, symbolic_specs
-from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS
+from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS, DEFER_CAPTURE_PATTERNS
 from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
@@ -121,10 +121,10 @@ def lower_graph(
     original = copy_of(gm) if dumps_original else None
     kernels_gm = None
     if config.static_kernel_compile == "background":
-        kernels_gm = PassManager(PIPELINE, config, graph_name=name)(copy_of(gm), example_inputs)
-        config = dataclasses.replace(config, static_kernel_compile=False)  # the ATen replay's
-    passes = PassManager(PIPELINE, config, graph_name=name)
-    gm = passes(gm, example_inputs)
+        gm, kernels_gm, passes = lower_twice(gm, example_inputs, config, name)
+    else:
+        passes = PassManager(PIPELINE, config, graph_name=name)
+        gm = passes(gm, example_inputs)
     if kernels_gm is not None and not same_calls(kernels_gm, gm):
         log.debug("%s: the capture passes changed the graph's calls; one graph for both", name)
         kernels_gm = None
@@ -139,6 +139,32 @@ def lower_graph(
     return LoweredGraph(
         gm, facts, host, list(passes.failed), name, original, rows, symbolic, kernels_gm
     )
+
+
+SHARED_PASSES = frozenset(
+    p.name for p in PIPELINE[: [p.name for p in PIPELINE].index("pattern_fusion_pass") + 1]
+)
+"""The passes both lowerings of ``lower_twice`` run alike, once: up to the pattern fusion's
+shared patterns (the costly part: each match traces its replacement)."""
+
+
+def lower_twice(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config, name: str
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, PassManager]:
+    """The graph lowered for the ATen replay (every pass) and for Inductor (without the
+    capture-only passes), sharing the passes before they part; and the replay's pass manager.
+    The replay's lowering runs the pattern fusion again, for its capture-only patterns (the
+    shared ones, applied already, find nothing to replace)."""
+    capture_config = dataclasses.replace(config, static_kernel_compile=False)
+    passes = PassManager(PIPELINE, capture_config, graph_name=name)
+    rest = {p.name for p in PIPELINE} - SHARED_PASSES
+    gm.meta[DEFER_CAPTURE_PATTERNS] = True
+    gm = passes(gm, example_inputs, SHARED_PASSES)
+    gm.meta.pop(DEFER_CAPTURE_PATTERNS, None)
+    kernels = PassManager(PIPELINE, config, graph_name=f"{name}.kernels")
+    kernels_gm = kernels(copy_of(gm), example_inputs, rest)
+    gm = passes(gm, example_inputs, rest | {"pattern_fusion_pass"})
+    return gm, kernels_gm, passes
 
 
 def same_calls(a: torch.fx.GraphModule, b: torch.fx.GraphModule) -> bool:

@@ -335,3 +335,21 @@ def test_the_aten_replay_runs_the_capture_passes_and_the_worker_gets_the_graph_w
     cat = torch.ops.aten.cat.default
     assert not manager.fn.graph.find_nodes(op="call_function", target=cat)  # remove_cat_ops
     assert manager.programs.background.gm.graph.find_nodes(op="call_function", target=cat)
+
+
+@torch.no_grad()
+def test_both_lowerings_share_the_passes_before_they_part() -> None:
+    ran: list[str] = []
+
+    def pre(gm: torch.fx.GraphModule, example_inputs: object, config: object) -> None:
+        ran.append("pre")
+
+    def post(gm: torch.fx.GraphModule, example_inputs: object, config: object) -> None:
+        ran.append("post")
+
+    model = mlp()
+    options = {"post_grad_custom_pre_pass": pre, "post_grad_custom_post_pass": post}
+    fn = compiled(model, background_compile_after=10**6, **options)
+    x = torch.randn(4, 32)
+    torch.testing.assert_close(fn(x), model(x))
+    assert ran == ["pre", "post", "post"]  # the shared part once, the rest per lowering

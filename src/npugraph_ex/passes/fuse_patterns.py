@@ -28,13 +28,28 @@ CAPTURE_PATTERNS = "npugraph_ex.capture_patterns"
 with symbolic row counts then get them per key (``capture/key_shapes.py``)."""
 
 
+DEFER_CAPTURE_PATTERNS = "npugraph_ex.defer_capture_patterns"
+"""``gm.meta`` key: this pass applies the patterns every lowering shares only, and whoever set
+the key applies the capture-only ones later (``fuse_capture_patterns``): a graph lowered both for
+capture and for Inductor (``static_kernel_compile="background"``) matches the shared patterns
+once."""
+
+
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
     canonical_spellings(gm.graph)
     replaced = registry().apply(gm.graph)
-    if not config.static_kernel_compile:
-        replaced += capture_registry().apply(gm.graph)
-        replaced += product_registry().apply(gm.graph)
-        gm.meta[CAPTURE_PATTERNS] = True
+    if replaced:
+        gm.graph.eliminate_dead_code()
+    if not config.static_kernel_compile and not gm.meta.get(DEFER_CAPTURE_PATTERNS):
+        fuse_capture_patterns(gm)
+
+
+def fuse_capture_patterns(gm: torch.fx.GraphModule) -> None:
+    """The patterns for a captured replay only (their ``out=`` and split forms are not what
+    Inductor lowers)."""
+    replaced = capture_registry().apply(gm.graph)
+    replaced += product_registry().apply(gm.graph)
+    gm.meta[CAPTURE_PATTERNS] = True
     if replaced:
         gm.graph.eliminate_dead_code()

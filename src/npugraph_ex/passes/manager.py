@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +72,18 @@ class PassManager:
         return [p for p in self.passes if p.enabled(self.config) and p.name not in disabled]
 
     def __call__(
-        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        only: Collection[str] | None = None,
     ) -> torch.fx.GraphModule:
-        """Run the selected passes in order; the graph after the last."""
-        self.dump(gm, 0, "input")
+        """Run the selected passes in order (those named in ``only``, where given: a part of
+        the pipeline); the graph after the last."""
+        if only is None or self.passes[0].name in only:
+            self.dump(gm, 0, "input")
         for number, graph_pass in enumerate(self.selected(), start=1):
+            if only is not None and graph_pass.name not in only:
+                continue
             started = time.perf_counter()
             before = copy_of(gm)
             nodes = len(gm.graph.nodes)
