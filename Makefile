@@ -21,10 +21,11 @@ test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not zoo" tests
 
 # The whole model zoo (every generation and image model, dynamic batches, static kernels,
-# bit-for-bit against Dynamo alone) and its table in docs/zoo.md, with eager and replay times.
+# background kernels, bit-for-bit against Dynamo alone) and its table in docs/zoo.md, with eager
+# and replay times.
 zoo: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e/test_zoo.py
-	PYTHONPATH=tests $(PYTHON) tests/zoo_models.py --out docs/zoo.md
+	PYTHONPATH=tests $(PYTHON) tests/zoo_table.py --out docs/zoo.md
 
 demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png

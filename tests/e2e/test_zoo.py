@@ -5,14 +5,15 @@ that match eager and fall back to nothing; for a few image models also with ``dy
 two batch sizes, a capture per size. For the decoders and encoder-decoders, greedy ``generate()``
 with the forward compiled, with transformers' default cache and (decoders) with a ``StaticCache``
 the caller keeps: the same tokens as eager, and a second generation that replays every step. A few
-small models also run with ``static_kernel_compile=True``.
+small models also run with ``static_kernel_compile=True``, and two image models with
+``static_kernel_compile="background"`` until their keys settle.
 
 ``make test`` checks the forward of every text model, of ViT and of ResNet (static and dynamic),
-and GPT-2's generation with both caches; the other image models, generations, static kernels and
-the bit-for-bit comparison with Dynamo alone are marked ``zoo`` and run with ``make zoo`` (about
-6 minutes on 2 cores once torch's compile caches are warm), which also writes the same results, and
-eager and replay times, as a table to ``docs/zoo.md`` (``python tests/zoo_models.py --out
-docs/zoo.md``).
+and GPT-2's generation with both caches; the other image models, generations, static and
+background kernels and the bit-for-bit comparison with Dynamo alone are marked ``zoo`` and run
+with ``make zoo`` (about 6 minutes on 2 cores once torch's compile caches are warm), which also
+writes the same results, and eager and replay times, as a table to ``docs/zoo.md`` (``python
+tests/zoo_table.py --out docs/zoo.md``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import pytest
 import torch
 
 from helpers import graphs_called
-from zoo_models import CALLS, DYNAMIC_BATCHES, NEW_TOKENS, ZOO, check_forward, check_generate
+from zoo_background import BACKGROUND_ASSERTED, check_background
+from zoo_checks import CALLS, DYNAMIC_BATCHES, NEW_TOKENS, check_forward, check_generate
+from zoo_models import ZOO
 
 pytest.importorskip("transformers")
 
@@ -129,3 +132,13 @@ def test_forward_with_static_kernels_matches_eager(name: str) -> None:
     (graph,) = graphs_called()
     assert set(graph["static_kernels"]) <= {"compiled", "cache_hit"}
     assert sum(graph["static_kernels"].values()) == 1
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", BACKGROUND_ASSERTED)
+def test_forward_in_the_background_settles_close_to_eager(name: str) -> None:
+    check = check_background(ZOO[name])
+    # Every key left ATen and its trial: kept kernels, or the ATen replay kept for a reason.
+    assert check.settling.settled, check.settling
+    # Every call, before, during and after the swap: kernels are close to eager, not equal.
+    assert_close_to_eager(check.compiled, check.eager)
