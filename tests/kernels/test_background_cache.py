@@ -64,3 +64,21 @@ def test_a_corrupt_kernel_file_is_compiled_again_with_one_warning(tmp_path: Path
     assert warm["max_output_diff"] < 1e-5
     (said,) = warm["warnings"]
     assert "corrupt" in said and "compiled again" in said
+
+
+def test_stored_kernels_that_do_not_load_are_compiled_again(tmp_path: Path) -> None:
+    from npugraph_ex.cache.files import read_entry
+    from npugraph_ex.cache.kernel_files import KernelFiles
+    from npugraph_ex.kernels.background import StoredKernels
+
+    flags = ("--rows", "3,5", "--dynamic")
+    run_fresh(tmp_path, *flags)
+    (stored,) = kernel_files(tmp_path)
+    header, _ = read_entry(stored)
+    broken = StoredKernels(None, b"not a compiled graph", header["guards"])
+    KernelFiles(stored.parent).save(header["graph"], broken)  # a checked file, unloadable kernels
+
+    warm = run_fresh(tmp_path, *flags)
+    assert warm["states"] == {"kernels": 2}, warm  # both keys, not only the first to see it
+    assert warm["compiles"] == 1 and warm["warnings"] == []
+    assert warm["max_output_diff"] < 1e-5

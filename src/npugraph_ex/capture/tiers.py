@@ -114,9 +114,8 @@ class TieredGraph(CapturedGraph):
                 return self.ask_own()
             captured = self.capture(Program(made.run, "kernels"))
         except Exception as error:  # a failed compile or capture: the ATen replay stays
-            if future in self.background.stored.values():
+            if self.background.forget(future):
                 log.info("%s: stored kernels did not load (%s); compiled again", self.name, error)
-                self.background.forget(future)
                 self.state = "aten"
                 return self.aten.replay()
             if not self.own and self.background.failed(future):

@@ -108,6 +108,7 @@ class BackgroundKernels:
         self.store = store
         self.id = graph_id(gm, device_type, symbolic) if store is not None else ""
         self.saved: set[tuple | None] = set()
+        self.forgotten: set[Future] = set()
         self.stored: dict[tuple | None, Future] = {}
         """Kernels an earlier process kept (by input layouts; None: the symbolic compile),
         loading in a thread from the store."""
@@ -142,9 +143,14 @@ class BackgroundKernels:
             return self.stored[None]
         return self.stored.get(input_signature(args))
 
-    def forget(self, future: Future) -> None:
-        """Stored kernels that failed to load: the keys compile as if there were none."""
+    def forget(self, future: Future) -> bool:
+        """Whether ``future`` was stored kernels (which failed to load): if so, the graph's keys
+        compile as if there were none."""
+        if future not in self.stored.values() and future not in self.forgotten:
+            return False
         self.stored = {k: f for k, f in self.stored.items() if f is not future}
+        self.forgotten.add(future)
+        return True
 
     def keep(self, made: MadeKernels, args: Sequence[Any]) -> None:
         """Store kernels a key kept (in a thread: the write syncs to disk), once."""
