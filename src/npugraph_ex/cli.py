@@ -1,6 +1,6 @@
 """The ``npugraph-ex`` command line program: one subcommand per module.
 
-    npugraph-ex bench [--model tiny|micro|qwen3-0.6b] [--device cpu|cuda] [--peers] ...
+    npugraph-ex bench [--model PRESET|CHECKPOINT] [--dtype float32|float16|bfloat16] [--peers] ...
     npugraph-ex cache list|show|clear [PATH]
     npugraph-ex compare DUMP_A DUMP_B [--plot OUT.png]
     npugraph-ex bisect FILE.py:FUNCTION

@@ -17,8 +17,16 @@ from npugraph_ex.bench import output
 from npugraph_ex.bench.decode import Decode
 from npugraph_ex.bench.environment import apply_threads, environment
 from npugraph_ex.bench.growing import PROMPT_TOKENS, Growing, prompt_ids
+from npugraph_ex.bench.models import (
+    ATTENTION,
+    DEFAULT_ATTENTION,
+    ModelSource,
+    build_model,
+    describe_model,
+    model_source,
+)
 from npugraph_ex.bench.one_token import OneToken
-from npugraph_ex.bench.presets import QWEN3_MODELS, build_qwen3, describe_model
+from npugraph_ex.bench.precision import PRECISIONS
 from npugraph_ex.bench.progress import Progress
 from npugraph_ex.bench.records import run_record, write_json
 from npugraph_ex.bench.runner import WorkloadResult, run_workload, warm_up
@@ -30,8 +38,9 @@ NAME = "bench"
 WORKLOADS = ("growing", "decode", "token")
 
 DESCRIPTION = """\
-Qwen3 causal LM (built from a config, random weights, no download), eager against npugraph_ex
-and, on request, against other torch.compile backends, side by side in one process.
+Qwen3 causal LM (built from a config, random weights, no download) or a local checkpoint, in
+float32, float16 or bfloat16, eager against npugraph_ex and, on request, against other
+torch.compile backends, side by side in one process.
 
 workloads:
   growing  greedy generation without a KV cache: every step runs the whole sequence so far, so
@@ -42,14 +51,16 @@ workloads:
 
 Per variant: first run / first call (compilation and capture), steady tokens/s and speed-up over
 eager (median of interleaved repeats), captured keys, memory, and whether the greedy tokens equal
-eager's. Prints Markdown tables to stdout, progress to stderr; writes a JSON record and a PNG."""
+eager's (in half precision they may part after a near-tie). Prints Markdown tables to stdout,
+progress to stderr; writes a JSON record and a PNG."""
 
 EXAMPLES = """\
 examples:
   npugraph-ex bench                                   # tiny model, CPU, both workloads
   npugraph-ex bench --peers                           # add aot_eager, inductor, ...
   npugraph-ex bench --model qwen3-0.6b --device cuda --peers
-  npugraph-ex bench --workloads decode --variants npugraph_ex --repeats 15"""
+  npugraph-ex bench --workloads decode --variants npugraph_ex --repeats 15
+  npugraph-ex bench --model ./my-qwen3 --dtype bfloat16 --device cuda   # a saved checkpoint"""
 
 
 def positive_int(text: str) -> int:
@@ -79,10 +90,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--model",
-        choices=list(QWEN3_MODELS),
+        type=model_source,
         default="tiny",
-        help="Qwen3 config, random weights: tiny (4 layers, 4.5M parameters; default), micro "
-        "(2 layers, 0.14M), qwen3-0.6b (the real Qwen3-0.6B architecture: 28 layers, 0.6B)",
+        metavar="NAME|PATH",
+        help="a Qwen3 config with random weights: tiny (4 layers, 4.5M parameters; default), "
+        "micro (2 layers, 0.14M), qwen3-0.6b (the real Qwen3-0.6B architecture: 28 layers, "
+        "0.6B); or the path of a local Hugging Face checkpoint folder (config.json and weights, "
+        "as save_pretrained writes it), loaded with AutoModelForCausalLM.from_pretrained",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=list(PRECISIONS),
+        default="float32",
+        help="dtype of the weights, and so of every variant's compute, eager's included "
+        "(default float32); in float16 and bfloat16 greedy tokens may part from eager's after "
+        "a near-tie",
+    )
+    parser.add_argument(
+        "--attn",
+        choices=ATTENTION,
+        default=DEFAULT_ATTENTION,
+        help=f"attention implementation (transformers' attn_implementation; default "
+        f"{DEFAULT_ATTENTION}, what transformers picks for Qwen3 by itself)",
     )
     parser.add_argument(
         "--device",
@@ -204,11 +233,11 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace, chosen: dict[str, list[str]]) -> dict[str, Any]:
     """The run's settings as the JSON record keeps them, with the variants each workload ran."""
-    keys = ("model", "device", "workloads", "variants", "peers", "tokens", "steps")
-    keys += ("max_cache_len", "repeats", "threads", "seed", "out", "plot", "no_plot")
+    keys = ("model", "dtype", "attn", "device", "workloads", "variants", "peers", "tokens")
+    keys += ("steps", "max_cache_len", "repeats", "threads", "seed", "out", "plot", "no_plot")
     record: dict[str, Any] = {key: getattr(args, key) for key in keys}
     record["variants_by_workload"] = chosen
-    return {k: str(v) if isinstance(v, Path) else v for k, v in record.items()}
+    return {k: str(v) if isinstance(v, Path | ModelSource) else v for k, v in record.items()}
 
 
 def workloads(model: torch.nn.Module, args: argparse.Namespace) -> list[Workload]:
@@ -237,8 +266,17 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress()
     chosen = {w: selection(w, args.device, args.variants, args.peers) for w in args.workloads}
     positions = max(PROMPT_TOKENS + args.tokens, args.max_cache_len)
-    with progress.phase(f"building Qwen3 {args.model} on {args.device}"):
-        model = build_qwen3(args.model, seed=args.seed, device=args.device, positions=positions)
+    precision = PRECISIONS[args.dtype]
+    what = "loading" if args.model.checkpoint else "building Qwen3"
+    with progress.phase(f"{what} {args.model} in {args.dtype} on {args.device}"):
+        model = build_model(
+            args.model,
+            precision,
+            args.attn,
+            seed=args.seed,
+            device=args.device,
+            positions=positions,
+        )
     results: list[WorkloadResult] = []
     with torch.no_grad():
         if any(VARIANTS[n].compiled for w in args.workloads for n in chosen[w]):

@@ -14,6 +14,7 @@ from typing import Any
 
 from npugraph_ex.bench.environment import environment_line
 from npugraph_ex.bench.plotting import PALETTE, Panel, bar_panels
+from npugraph_ex.bench.precision import PRECISIONS
 from npugraph_ex.bench.runner import WorkloadResult
 from npugraph_ex.bench.tables import format_table
 from npugraph_ex.bench.timing import spread
@@ -25,12 +26,24 @@ COLOURS = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(VARIANTS)}
 """One colour per variant in every panel and every run."""
 
 
+def model_name(info: dict[str, Any]) -> str:
+    """``Qwen3 tiny`` for a preset, the architecture and folder for a checkpoint."""
+    if info["checkpoint"] is None:
+        return f"Qwen3 {info['name']}"
+    return f"{info['architecture']} from {info['name']}"
+
+
 def model_line(info: dict[str, Any], device: str) -> str:
     config = info["config"]
+    weights = (
+        f"random weights from seed {info['seed']}"
+        if info["checkpoint"] is None
+        else "the checkpoint's weights"
+    )
     return (
-        f"model: Qwen3 {info['name']} ({config['num_hidden_layers']} layers, hidden "
-        f"{config['hidden_size']}, {info['parameters'] / 1e6:.2f}M parameters, random weights "
-        f"from seed {info['seed']}, {info['dtype']}) on {device}"
+        f"model: {model_name(info)} ({config['num_hidden_layers']} layers, hidden "
+        f"{config['hidden_size']}, {info['parameters'] / 1e6:.2f}M parameters, {weights}, "
+        f"dtype {info['dtype']}, {info['attn_implementation']} attention) on {device}"
     )
 
 
@@ -105,12 +118,15 @@ def report(
     print(model_line(info, args.device))
     for result in results:
         print()
-        print(f"{result.workload.title}; median of {args.repeats} interleaved repeats")
+        print(
+            f"{result.workload.title}; {args.dtype}, median of {args.repeats} interleaved repeats"
+        )
         print()
         print(table(result, args.device))
     print()
     for note in NOTES:
         print(note.format(memory=MEMORY_NOTE[args.device]))
+    print(PRECISIONS[args.dtype].note())
     print()
 
 
@@ -133,9 +149,9 @@ def plot(
         panels.append(Panel(result.workload.chart_title, times, COLOURS))
     where = env.get("accelerator") or env["device"]
     title = (
-        f"Qwen3 {info['name']} ({info['parameters'] / 1e6:.2f}M parameters): eager vs "
-        f"npugraph_ex\n{where}, {env['cores']} cores, {env['torch_threads']} torch threads, "
-        f"torch {env['torch']}, transformers {env['transformers']}\nmedian of {repeats} "
+        f"{model_name(info)} ({info['parameters'] / 1e6:.2f}M parameters, {info['dtype']}): "
+        f"eager vs npugraph_ex\n{where}, {env['cores']} cores, {env['torch_threads']} torch "
+        f"threads, torch {env['torch']}, transformers {env['transformers']}\nmedian of {repeats} "
         "interleaved repeats, whiskers: interquartile range; labels: ms per token, speed-up "
         "over eager"
     )

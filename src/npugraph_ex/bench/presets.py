@@ -54,11 +54,13 @@ QWEN3_MODELS: dict[str, dict[str, Any]] = {**QWEN3_PRESETS, "qwen3-0.6b": QWEN3_
 MIN_POSITIONS = 512
 
 
-def qwen3_config(name: str, positions: int = MIN_POSITIONS) -> Any:
+def qwen3_config(
+    name: str, positions: int = MIN_POSITIONS, attn_implementation: str | None = None
+) -> Any:
     """The ``Qwen3Config`` of model ``name``, with room for at least ``positions`` positions.
 
     The small presets leave every other field at transformers' default, so their figures stay
-    comparable with earlier runs.
+    comparable with earlier runs; so does ``attn_implementation=None`` (transformers' choice).
     """
     from transformers import Qwen3Config
 
@@ -66,11 +68,16 @@ def qwen3_config(name: str, positions: int = MIN_POSITIONS) -> Any:
     fields["max_position_embeddings"] = max(
         fields.get("max_position_embeddings", MIN_POSITIONS), positions
     )
-    return Qwen3Config(**fields)
+    return Qwen3Config(**fields, attn_implementation=attn_implementation)
 
 
 def build_qwen3(
-    name: str, *, seed: int, device: str = "cpu", positions: int = MIN_POSITIONS
+    name: str,
+    *,
+    seed: int,
+    device: str = "cpu",
+    positions: int = MIN_POSITIONS,
+    attn_implementation: str | None = None,
 ) -> torch.nn.Module:
     """``Qwen3ForCausalLM`` of model ``name`` in eval mode, weights drawn from ``seed``.
 
@@ -79,7 +86,7 @@ def build_qwen3(
     """
     from transformers import Qwen3ForCausalLM
 
-    config = qwen3_config(name, positions)
+    config = qwen3_config(name, positions, attn_implementation)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config).eval()
@@ -89,14 +96,3 @@ def build_qwen3(
 def parameter_count(model: torch.nn.Module) -> int:
     """Distinct parameters (tied embeddings counted once, as ``parameters()`` yields them)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def describe_model(name: str, model: torch.nn.Module, seed: int) -> dict[str, Any]:
-    """The model's name, config fields and parameter count, for the report and the record."""
-    return {
-        "name": name,
-        "config": dict(QWEN3_MODELS[name]),
-        "parameters": parameter_count(model),
-        "dtype": str(model.dtype).removeprefix("torch."),
-        "seed": seed,
-    }

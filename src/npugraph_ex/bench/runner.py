@@ -92,6 +92,7 @@ class WorkloadResult:
                 "by_variant": self.compile_args,
             },
             "variants": {name: figures[name] for name in self.compile_args},
+            "eager_tokens": self.variants[BASELINE].generation.tokens,
         }
 
     def variant_record(self, name: str) -> dict[str, Any]:
