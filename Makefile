@@ -58,10 +58,11 @@ lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)
 	$(PYTHON) -m ruff format --check $(LINT_PATHS)
 
-# On a machine with an NVIDIA GPU and torch already installed (no network needed): the CUDA tests
-# and the benchmark on the GPU with its peers.
+# On a machine with an NVIDIA GPU and torch already installed (no network needed), in one run of
+# at most 8 minutes: the CUDA tests, then the bench in float16 and bfloat16 on the tiny model and
+# Qwen3-0.6B beside reduce-overhead and inductor (benchmarks/cuda_check.py; its results go to $OUT
+# or bench-results/cuda-check, and `python benchmarks/cuda_check.py --apply DIR` puts their
+# section into docs/benchmarks.md). `python benchmarks/cuda_check.py --dry-run` runs it on CPU.
 cuda-check:
 	$(PIP) install --no-deps --no-build-isolation -e .
-	$(PYTHON) -m pytest -q -p no:cacheprovider -m cuda tests
-	$(PYTHON) -m npugraph_ex.cli bench --device cuda --peers --out bench-results/bench-cuda.json \
-		--plot bench-results/bench-cuda.png
+	$(PYTHON) benchmarks/cuda_check.py --out-dir $${OUT:-bench-results/cuda-check}

@@ -1,0 +1,68 @@
+"""``benchmarks/cuda_check.py``: the GPU check's plan, the tables it keeps and the section it
+writes into the docs (its run itself is ``--dry-run`` on CPU, or ``make cuda-check`` on a GPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import cuda_check  # noqa: E402
+
+BENCH_OUTPUT = """building ...
+decode: one-token step (dynamic=False); float16, median of 5 interleaved repeats
+
+| variant | first call s | speed-up |
+|---|---:|---:|
+| eager | 0.01 | 1.00x |
+| npugraph_ex | 2.0 | 3.10x |
+npugraph_ex+background: steady after 1.0 s (9 calls; keys: 1 kernels); slowest call 1 ms
+first run / first call: compilation and capture included
+"""
+
+
+def test_the_plan_fits_the_budget_and_names_the_peers() -> None:
+    planned = cuda_check.steps(Path("out"), dry_run=False)
+    assert sum(step.limit_s for step in planned) <= 480
+    assert planned[0].name == "cuda tests" and "-m" in planned[0].command
+    assert all("reduce-overhead" in " ".join(step.command) for step in planned[1:])
+    dtypes = {step.command[step.command.index("--dtype") + 1] for step in planned[1:]}
+    assert dtypes == {"float16", "bfloat16"}
+
+
+def test_the_dry_run_stays_on_the_cpu() -> None:
+    for step in cuda_check.steps(Path("out"), dry_run=True)[1:]:
+        command = " ".join(step.command)
+        assert "--device cpu" in command and "reduce-overhead" not in command
+
+
+def test_a_bench_table_is_kept_with_its_caption_and_settling_line() -> None:
+    (table,) = cuda_check.tables_in(BENCH_OUTPUT)
+    assert table.splitlines()[0].startswith("decode: one-token step")
+    assert "| npugraph_ex | 2.0 | 3.10x |" in table
+    assert table.splitlines()[-1].startswith("npugraph_ex+background: steady after")
+
+
+def test_the_section_goes_between_its_markers_and_replaces_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## CUDA: NVIDIA H200\n\nold runs\n")
+    monkeypatch.setattr(cuda_check, "DOCS", docs)
+    record = {
+        "commit": "commit `abc1234`",
+        "machine": {"device": "NVIDIA H100", "driver": "550", "cuda": "12.8", "torch": "2.11",
+                    "python": "3.11"},
+        "seconds": 300.0,
+        "steps": [{"name": "cuda tests", "status": "passed", "seconds": 60.0,
+                   "tables": ["12 passed in 60 s"]}],
+    }  # fmt: skip
+    for _ in (1, 2):  # twice: the second replaces the first
+        (tmp_path / "cuda_check.md").write_text(cuda_check.section(record) + "\n")
+        cuda_check.apply(tmp_path)
+    text = docs.read_text()
+    assert text.count(cuda_check.BEGIN) == 1 and text.count(cuda_check.END) == 1
+    assert "NVIDIA H100, driver 550, CUDA 12.8, torch 2.11" in text
+    assert text.index("## CUDA check") < text.index("## CUDA: NVIDIA H200")
