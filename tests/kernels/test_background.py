@@ -353,3 +353,23 @@ def test_both_lowerings_share_the_passes_before_they_part() -> None:
     x = torch.randn(4, 32)
     torch.testing.assert_close(fn(x), model(x))
     assert ran == ["pre", "post", "post"]  # the shared part once, the rest per lowering
+
+
+@torch.no_grad()
+def test_a_graph_that_cannot_be_sent_leaves_the_aten_replay_and_frees_the_cores(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from npugraph_ex.kernels.background import BackgroundKernels
+
+    def unpicklable(self: BackgroundKernels) -> bytes:
+        raise TypeError("cannot pickle 'generator' object")
+
+    monkeypatch.setattr(BackgroundKernels, "graph_bytes", unpicklable)
+    model = mlp()
+    fn = compiled(model, background_compile_after=1)
+    threads = torch.get_num_threads()
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        call_until_settled(fn, model)
+    assert tiers() == {"aten kept: failed": 1}
+    assert WORKERS.in_flight == 0 and torch.get_num_threads() == threads
+    assert any("cannot pickle" in r.getMessage() for r in caplog.records)

@@ -207,6 +207,8 @@ class Worker:
             reply = read_message(self.process.stdout)
         except OSError:  # the worker died before it took the request
             reply = None
+        except Exception as error:  # the request could not be made: the graph did not pickle
+            reply = (False, f"{type(error).__name__}: {str(error).splitlines()[0][:500]}")
         future, self.future = self.future, None
         warm_args, self.warm_args = self.warm_args, None
         try:
@@ -215,6 +217,8 @@ class Worker:
             if not reply[0]:
                 raise RuntimeError(reply[1])
             data, guards = reply[1]
+            # The serving thread waits for the interpreter lock in slices of this interval
+            # while the load runs Python code: short slices, while it lasts (milliseconds).
             interval = sys.getswitchinterval()
             sys.setswitchinterval(0.0002)
             try:
