@@ -84,9 +84,9 @@ class BackgroundKernels:
         self.min_gain = config.background_min_gain
         self.cores = config.background_cores
         self.threads = torch.get_num_threads()
-        LOADING.prepare(device_type, self.cores)
         """The intra-op threads of calls, read here: a replay during a compile runs with fewer
         (``kernels/cores``)."""
+        LOADING.prepare(device_type, self.cores)
         self.chooses = config.static_kernels_for
         self.synchronize = synchronize
         """Waits for the device's queued work (a timed call ends when its kernels do)."""

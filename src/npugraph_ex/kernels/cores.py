@@ -33,7 +33,11 @@ def usable_cores() -> list[int]:
 
 def background_cores(k: int) -> set[int]:
     """The cores background work runs on, or an empty set where it runs anywhere."""
-    cores = usable_cores()
+    return set_aside(k, usable_cores())
+
+
+def set_aside(k: int, cores: list[int]) -> set[int]:
+    """The last ``k`` of ``cores``, leaving at least one; none where ``k`` is 0."""
     if k <= 0 or len(cores) <= 1:
         return set()
     return set(cores[-min(k, len(cores) - 1) :])
@@ -50,10 +54,11 @@ def pin(pid: int, cores: set[int]) -> None:
 @contextlib.contextmanager
 def serving_threads(k: int) -> Iterator[None]:
     """Intra-op threads capped to leave ``k`` cores to background work, within this block."""
-    cores = background_cores(k)
+    cores = usable_cores()  # once: this runs in every replay while a compile is in flight
+    aside = set_aside(k, cores)
     previous = torch.get_num_threads()
-    cap = min(previous, len(usable_cores()) - len(cores))
-    if not cores or cap >= previous:
+    cap = min(previous, len(cores) - len(aside))
+    if not aside or cap >= previous:
         yield
         return
     torch.set_num_threads(cap)
