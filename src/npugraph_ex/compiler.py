@@ -125,9 +125,6 @@ def lower_graph(
     else:
         passes = PassManager(PIPELINE, config, graph_name=name)
         gm = passes(gm, example_inputs)
-    if kernels_gm is not None and not same_calls(kernels_gm, gm):
-        log.debug("%s: the capture passes changed the graph's calls; one graph for both", name)
-        kernels_gm = None
     static = static_input_indices(len(example_inputs))
     host = gm.meta.get(HOST_INTS)
     if host is not None:
@@ -150,11 +147,12 @@ shared patterns (the costly part: each match traces its replacement)."""
 
 def lower_twice(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config, name: str
-) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, PassManager]:
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule | None, PassManager]:
     """The graph lowered for the ATen replay (every pass) and for Inductor (without the
     capture-only passes), sharing the passes before they part; and the replay's pass manager.
     The replay's lowering runs the pattern fusion again, for its capture-only patterns (the
-    shared ones, applied already, find nothing to replace)."""
+    shared ones, applied already, find nothing to replace). Where the two would be called
+    differently, the one lowered for Inductor serves both (and no second graph is returned)."""
     capture_config = dataclasses.replace(config, static_kernel_compile=False)
     passes = PassManager(PIPELINE, capture_config, graph_name=name)
     rest = {p.name for p in PIPELINE} - SHARED_PASSES
@@ -164,6 +162,9 @@ def lower_twice(
     kernels = PassManager(PIPELINE, config, graph_name=f"{name}.kernels")
     kernels_gm = kernels(copy_of(gm), example_inputs, rest)
     gm = passes(gm, example_inputs, rest | {"pattern_fusion_pass"})
+    if not same_calls(kernels_gm, gm):
+        log.debug("%s: the capture passes changed the graph's calls; one graph for both", name)
+        return kernels_gm, None, kernels
     return gm, kernels_gm, passes
 
 

@@ -373,3 +373,23 @@ def test_a_graph_that_cannot_be_sent_leaves_the_aten_replay_and_frees_the_cores(
     assert tiers() == {"aten kept: failed": 1}
     assert WORKERS.in_flight == 0 and torch.get_num_threads() == threads
     assert any("cannot pickle" in r.getMessage() for r in caplog.records)
+
+
+@torch.no_grad()
+def test_lowerings_called_differently_leave_the_one_for_inductor_serving_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import npugraph_ex.compiler
+
+    def joined(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x.relu(), x.sigmoid()], dim=1) * 2
+
+    monkeypatch.setattr(npugraph_ex.compiler, "same_calls", lambda a, b: False)
+    before = live_graph_numbers()
+    fn = compiled(joined, background_compile_after=10**6)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(fn(x), joined(x))
+    (manager,) = managers_since(before)
+    cat = torch.ops.aten.cat.default
+    assert manager.fn.graph.find_nodes(op="call_function", target=cat)  # no remove_cat_ops
+    assert manager.programs.background.gm is manager.fn
