@@ -41,6 +41,7 @@ from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import load_graph
 from npugraph_ex.kernels.static_compile import lower, positional
 from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
+from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ class Loading:
     """What the first load of compiled kernels in a process does before it loads them, done
     once per process and device in a thread on the background cores as soon as a graph may
     compile in the background (its first call, which compiles and captures anyway): Inductor's
-    loading modules imported and, for CPU kernels, the compiler probed for its vector
-    instructions (six child processes, about a second; ``pick_vec_isa`` keeps the answer).
+    loading modules imported, and what the device's platform does first
+    (``Platform.prepare_kernel_loading``: on CPU, the compiler probed, about a second).
     Done in the first load instead, it held the serving thread's calls up to 24 ms."""
 
     def __init__(self) -> None:
@@ -139,10 +140,7 @@ class Loading:
         with contextlib.suppress(Exception):  # the first load then does it, as it would
             from torch._inductor import codecache, output_code  # noqa: F401
 
-            if device_type == "cpu":
-                from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-                pick_vec_isa()
+            platform_for(device_type).prepare_kernel_loading()
 
 
 LOADING = Loading()

@@ -108,6 +108,10 @@ class Platform:
         they replace on this device (``passes/patterns/eager_attention``, ``rms_norm``)."""
         return frozenset()
 
+    def prepare_kernel_loading(self) -> None:
+        """What the first load of Inductor's compiled kernels for this device would do before
+        loading them, done ahead (``kernels/workers.Loading``, in a background thread)."""
+
     def warms_up(self, kind: str) -> bool:
         """Whether a capture of a program of ``kind`` (``Program.kind``) is preceded by the
         ``num_warmup_iters`` eager runs: a device graph records what lazily made library state

@@ -102,6 +102,13 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     dispatch_key = "CPU"
 
+    def prepare_kernel_loading(self) -> None:
+        # The compiler probed for its vector instructions: six child processes, about a second
+        # (``pick_vec_isa`` keeps the answer for the process).
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        pick_vec_isa()
+
     def warms_up(self, kind: str) -> bool:
         # Compiled kernels are called, not recorded: their capture is their first run.
         return kind != "kernels"
