@@ -4,8 +4,9 @@ A GPU may be at hand for a few minutes only, so everything that needs one runs f
 command, each step in its own process under its own time limit, the whole under ``--budget-s``:
 
     1. the ``cuda``-marked tests (over ``pytest-xdist`` where it is installed)
-    2. the bench on the tiny model, float16 and bfloat16: decode, one token, growing loop
-    3. the bench on Qwen3-0.6B (random weights): decode in float16 and bfloat16, the growing loop
+    2. ``held_outputs.py``: a replay's host time on a micro function, outputs dropped or held
+    3. the bench on the tiny model, float16 and bfloat16: decode, one token, growing loop
+    4. the bench on Qwen3-0.6B (random weights): decode in float16 and bfloat16, the growing loop
        (16 lengths) in float16
 
 beside ``reduce-overhead`` and ``inductor`` (not on the 0.6B growing loop: Inductor takes minutes
@@ -39,6 +40,9 @@ VARIANTS = (
     "eager,npugraph_ex,npugraph_ex+static_kernels,npugraph_ex+background,reduce-overhead,inductor"
 )
 
+NOTES = ("npugraph_ex+background:", "GPU time of one replay")
+"""Lines after a table that belong to it."""
+
 
 @dataclass
 class Step:
@@ -61,17 +65,21 @@ def steps(out_dir: Path, dry_run: bool) -> list[Step]:
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"]
     if importlib.util.find_spec("xdist") is not None:
         tests += ["-n", "4"]
+    held = [sys.executable, str(Path(__file__).with_name("held_outputs.py"))]
+    held += ["--out", str(out_dir / "held_outputs.json")]
     if dry_run:  # the same steps on CPU, on a model small enough for a minute
         common = ["--device", "cpu", "--repeats", "2", "--steps", "8", "--tokens", "4"]
         variants = ["--variants", VARIANTS.replace("reduce-overhead,", "")]
         return [
             Step("cuda tests", tests, 120),
+            Step("held outputs", [*held, "--device", "cpu", "--calls", "200"], 30),
             *(bench(f"micro-{dtype}", out_dir, 120, "--model", "micro", "--dtype", dtype,
                     "--workloads", "decode,token,growing", *variants, *common)
               for dtype in ("float16", "bfloat16")),
         ]  # fmt: skip
     return [
-        Step("cuda tests", tests, 120),
+        Step("cuda tests", tests, 100),
+        Step("held outputs", held + ["--device", "cuda"], 30),
         *(bench(f"tiny-{dtype}", out_dir, 70, "--device", "cuda", "--model", "tiny",
                 "--dtype", dtype, "--workloads", "decode,token,growing", "--variants", VARIANTS,
                 "--repeats", "5", "--tokens", "16")
@@ -80,7 +88,7 @@ def steps(out_dir: Path, dry_run: bool) -> list[Step]:
                 "--model", "qwen3-0.6b", "--dtype", dtype, "--workloads", "decode",
                 "--variants", VARIANTS, "--repeats", "3")
           for dtype in ("float16", "bfloat16")),
-        bench("qwen3-0.6b-growing-float16", out_dir, 80, "--device", "cuda",
+        bench("qwen3-0.6b-growing-float16", out_dir, 70, "--device", "cuda",
               "--model", "qwen3-0.6b", "--dtype", "float16", "--workloads", "growing",
               "--variants", "eager,npugraph_ex,npugraph_ex+background,reduce-overhead",
               "--repeats", "3", "--tokens", "16"),
@@ -117,7 +125,7 @@ def tables_in(output: str) -> list[str]:
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         caption = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        notes = [n for n in lines[end : end + 3] if n.startswith("npugraph_ex+background:")]
+        notes = [n for n in lines[end : end + 3] if n.startswith(NOTES)]
         blocks.append("\n".join([caption, "", *lines[i:end], *([""] + notes if notes else [])]))
     summary = [line for line in lines if " passed" in line or " failed" in line]
     return blocks or summary[-1:]

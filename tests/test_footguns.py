@@ -22,11 +22,23 @@ def compiled(fn, dynamic: bool = False, **options):
 
 
 @torch.no_grad()
-def test_an_output_is_overwritten_by_the_next_call() -> None:
+def test_an_output_is_the_graphs_memory_until_the_next_call_of_its_shapes() -> None:
     fn = compiled(lambda x: x * 2)
+    fn(torch.ones(3))  # captured
+    address = fn(torch.ones(3)).data_ptr()  # dropped at once: the next call may reuse it
+    held = fn(torch.full((3,), 5.0))
+    assert held.data_ptr() == address  # no allocation while the caller drops each output
+    fn(torch.ones(3))
+    # Held across the next call, it keeps its values: the graph took fresh memory instead.
+    assert torch.equal(held, torch.full((3,), 10.0))
+
+
+@torch.no_grad()
+def test_without_the_pool_an_output_is_overwritten_by_the_next_call() -> None:
+    fn = compiled(lambda x: x * 2, disabled_build_steps=("place",))
     first = fn(torch.ones(3))
     fn(torch.full((3,), 5.0))
-    # ``first`` is the graph's own output memory: the second call rewrote it.
+    # Without the pool's output slots there is no fresh memory to take: ``first`` was rewritten.
     assert torch.equal(first, torch.full((3,), 10.0))
     kept = fn(torch.ones(3)).clone()  # clone what must survive the next call
     fn(torch.zeros(3))

@@ -664,9 +664,9 @@ def test_get_npu_backend_without_config() -> None:
     assert get_npu_backend().options == {}
 
 
-def kept_after_next_call(backend: Any, **compile_kwargs: Any) -> bool:
-    """Whether an output stays as it was after the next call (``clone_output``), or is
-    overwritten by the replay that reuses the graph's memory (the default)."""
+def returns_copies(backend: Any, **compile_kwargs: Any) -> bool:
+    """Whether a call returns private copies of its outputs (``clone_output``), or the graph's
+    own memory (the default), which the graph's pool and tensors reference too."""
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         return x * 2
@@ -675,9 +675,10 @@ def kept_after_next_call(backend: Any, **compile_kwargs: Any) -> bool:
     compiled = torch.compile(fn, backend=backend, **compile_kwargs)
     with torch.no_grad():
         compiled(torch.ones(4))  # captured
-        first = compiled(torch.ones(4))  # replayed
-        compiled(torch.full((4,), 3.0))
-    return torch.equal(first, torch.full((4,), 2.0))
+        output = compiled(torch.ones(4))  # replayed
+    assert torch.equal(output, torch.full((4,), 2.0))
+    # Held by ``output`` and by the handle the count is read through, and nothing else.
+    return torch._C._storage_Use_Count(output.untyped_storage()._cdata) == 2
 
 
 def output_clone_config() -> CompilerConfig:
@@ -688,8 +689,8 @@ def output_clone_config() -> CompilerConfig:
 
 def test_options_given_to_torch_compile_merge_with_the_config() -> None:
     backend = get_npu_backend(compiler_config=output_clone_config())
-    assert kept_after_next_call(backend, options={"capture_limit": 8})
-    assert not kept_after_next_call(get_npu_backend(), options={"capture_limit": 8})
+    assert returns_copies(backend, options={"capture_limit": 8})
+    assert not returns_copies(get_npu_backend(), options={"capture_limit": 8})
 
 
 def test_an_option_set_both_ways_takes_the_options_value_and_warns_once(
@@ -697,8 +698,8 @@ def test_an_option_set_both_ways_takes_the_options_value_and_warns_once(
 ) -> None:
     backend = get_npu_backend(compiler_config=output_clone_config())
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
-        assert not kept_after_next_call(backend, options={"clone_output": False})
-        assert not kept_after_next_call(backend, options={"clone_output": False})
+        assert not returns_copies(backend, options={"clone_output": False})
+        assert not returns_copies(backend, options={"clone_output": False})
     assert (
         caplog.text.count(
             "torch.compile(options={'clone_output': False}) overrides the CompilerConfig's "

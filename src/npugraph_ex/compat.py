@@ -18,6 +18,7 @@ __all__ = [
     "parse_version",
     "source_guard",
     "source_name",
+    "storage_unreadable_marker",
     "torch_at_least",
     "torch_version",
 ]
@@ -89,3 +90,12 @@ def onednn_linear_op() -> Any:
         return None
     packet = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     return None if packet is None else packet.default
+
+
+def storage_unreadable_marker() -> Any:
+    """``fn(storage, message)`` making every tensor on ``storage`` raise ``message`` when its
+    data is read, where this torch build has it (builds with CUDA; not CPU-only builds)."""
+    mark = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
+    if mark is None:
+        return None
+    return lambda storage, message: mark(storage._cdata, message)

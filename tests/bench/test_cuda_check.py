@@ -27,8 +27,10 @@ def test_the_plan_fits_the_budget_and_names_the_peers() -> None:
     planned = cuda_check.steps(Path("out"), dry_run=False)
     assert sum(step.limit_s for step in planned) <= 480
     assert planned[0].name == "cuda tests" and "-m" in planned[0].command
-    assert all("reduce-overhead" in " ".join(step.command) for step in planned[1:])
-    dtypes = {step.command[step.command.index("--dtype") + 1] for step in planned[1:]}
+    assert planned[1].name == "held outputs" and "--device cuda" in " ".join(planned[1].command)
+    benches = planned[2:]
+    assert all("reduce-overhead" in " ".join(step.command) for step in benches)
+    dtypes = {step.command[step.command.index("--dtype") + 1] for step in benches}
     assert dtypes == {"float16", "bfloat16"}
 
 

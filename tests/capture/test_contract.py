@@ -177,9 +177,20 @@ def test_outputs_are_graph_memory_unless_clone_output(device: str) -> None:
 
     shared = compiled(double)
     x = torch.randn(4, device=device)
-    first, second = shared(x), shared(x + 1)
-    assert first.data_ptr() == second.data_ptr()
-    assert torch.equal(first, (x + 1) * 2)
+    address = shared(x).data_ptr()  # dropped at once
+    assert shared(x).data_ptr() == address  # the next call rewrites the same memory
+    first = shared(x)
+    row = first[1:]  # a view the caller made
+    second = shared(x + 1)  # the same key again, while the caller holds ``first``
+    assert torch.equal(second, (x + 1) * 2)
+    # Never the later call's values: on CPU the graph took fresh memory and ``first`` keeps its
+    # own; a device graph rewrites fixed memory, so reading ``first`` there is an error.
+    if device == "cpu":
+        assert torch.equal(first, x * 2) and torch.equal(row, (x * 2)[1:])
+    else:
+        for held in (first, row):
+            with pytest.raises(RuntimeError, match=r"options=\{'clone_output': True\}"):
+                held.sum()
 
     torch._dynamo.reset()
     private = compiled(double, clone_output=True)
@@ -187,6 +198,21 @@ def test_outputs_are_graph_memory_unless_clone_output(device: str) -> None:
     assert first.data_ptr() != second.data_ptr()
     assert torch.equal(first, x * 2)
     assert torch.equal(second, (x + 1) * 2)
+
+
+@torch.no_grad()
+def test_an_output_of_a_released_key_keeps_its_values_while_held(device: str) -> None:
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    fn = compiled(double, force_recapture=True)
+    x = torch.randn(4, device=device)
+    first = fn(x)
+    second = fn(x + 1)  # captured again: the first capture is released, its memory kept
+    third = fn(x + 2)
+    assert totals()["captures"] == 3
+    for output, expected in ((first, x * 2), (second, (x + 1) * 2), (third, (x + 2) * 2)):
+        assert torch.equal(output, expected)
 
 
 @torch.no_grad()

@@ -72,15 +72,36 @@ def test_memory_nobody_holds_is_reused_across_keys() -> None:
     assert torch.equal(small.replay()[0], mlp(small_x, w))
 
 
-def test_the_same_key_overwrites_its_previous_outputs_in_place() -> None:
+def test_the_same_key_rewrites_its_outputs_in_place_once_the_caller_drops_them() -> None:
+    pool = CpuPool()
+    ((x, w),) = shapes(8)
+    graph = capture(mlp, x, w, pool=pool)
+    address = graph.replay()[0].data_ptr()  # dropped at once
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        output = graph.replay()[0]
+        assert output.data_ptr() == address  # no new memory
+        assert torch.equal(output, mlp(x, w))
+        del output
+
+
+def test_the_same_key_leaves_an_output_the_caller_holds_to_the_caller() -> None:
     pool = CpuPool()
     ((x, w),) = shapes(8)
     graph = capture(mlp, x, w, pool=pool)
     first = graph.replay()[0]
+    kept, row = first.clone(), first[2]  # the output and a view the caller made of it
     x.copy_(torch.randn_like(x))
     second = graph.replay()[0]
-    assert first.data_ptr() == second.data_ptr()
-    assert torch.equal(first, mlp(x, w))  # the documented contract: valid until the next call
+    assert torch.equal(first, kept) and torch.equal(row, kept[2])  # as eager: its own values
+    assert torch.equal(second, mlp(x, w))
+    assert second.data_ptr() != first.data_ptr()
+    del first, row
+    kept = second.clone()
+    x.copy_(torch.randn_like(x))
+    third = graph.replay()[0]  # ``second`` is still held: fresh memory again
+    assert torch.equal(second, kept) and third.data_ptr() != second.data_ptr()
+    assert torch.equal(third, mlp(x, w))
 
 
 def test_a_released_capture_gives_its_slot_up() -> None:

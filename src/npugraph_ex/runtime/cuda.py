@@ -35,27 +35,36 @@ from npugraph_ex.runtime.base import (
     Program,
     as_output_list,
 )
+from npugraph_ex.runtime.handed_out import HandedOut
 from npugraph_ex.runtime.output_copies import private_copies
 from npugraph_ex.runtime.platform import Platform
 from npugraph_ex.scope.router import routing
 
 
 class DeviceGraph(CapturedGraph):
-    """A captured CUDA or NPU graph with its static outputs (and the graph copying them out)."""
+    """A captured CUDA or NPU graph with its static outputs (and the graph copying them out).
 
-    def __init__(self, graphs: list[Any], outputs: list[Any], pool_bytes: int):
+    The caller gets aliases of the outputs that a later replay makes unreadable (``HandedOut``).
+    """
+
+    def __init__(
+        self, graphs: list[Any], outputs: list[Any], pool_bytes: int, inputs: Sequence[Any]
+    ):
         self.graphs = graphs
         self.outputs = outputs
         self._pool_bytes = pool_bytes
+        self.handed_out = HandedOut(inputs)
 
     def replay(self) -> list[Any]:
+        self.handed_out.before_replay()
         for graph in self.graphs:
             graph.replay()
-        return list(self.outputs)
+        return self.handed_out.hand_out(self.outputs)
 
     def release(self) -> None:
         for graph in self.graphs:
             graph.reset()
+        self.handed_out.release(self.outputs)
         self.graphs = []
         self.outputs = []
         self._pool_bytes = 0
@@ -167,7 +176,7 @@ class StreamGraphRuntime(DeviceRuntime):
         self.module.synchronize()
         grown = max(self.module.memory_reserved() - before, 0)
         self.pool_growth[pool] = self.pool_growth.get(pool, 0) + grown
-        return DeviceGraph(graphs, outputs, grown)
+        return DeviceGraph(graphs, outputs, grown, args)
 
     def new_pool(self) -> Any:
         return self.module.graph_pool_handle()

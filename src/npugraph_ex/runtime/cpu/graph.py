@@ -88,6 +88,7 @@ class CpuGraph(CapturedGraph):
         with placed.pool.lock:
             placed.enter()
             run()
+            placed.handing_out()
             # Aliases made under the lock: another key's replay sees them as held.
             return caller_aliases(self.program.outputs)
 

@@ -14,10 +14,14 @@ slot over from another one (a key switch):
   output therefore costs one allocation, and its values are never overwritten;
 - nobody holds it: the bytes are reused.
 
-A replay of the same capture that wrote the slot last overwrites its previous outputs in place:
-outputs stay valid until the next call with the same key (clone them, or set ``clone_output``).
-Whether the caller holds a storage is read from its reference count, with the capture that last
-wrote it first detached from it (so only the pool's own handle remains).
+A replay of the same capture that wrote the slot last follows the same rule: the outputs it
+returned last time are overwritten in place only if the caller no longer holds them; a held one
+is left to the caller and the slot gets fresh memory. So an output keeps its values as long as
+the caller holds it, as in eager, and a loop that drops each output before the next call never
+allocates. Whether the caller holds a storage is read from its reference count: on a key switch
+with the capture that last wrote it first detached from it (so only the pool's own handle
+remains); on a replay of the same capture against the count noted when it last handed the
+storage out (``OutputSlot.handed_out``).
 
 Replays and captures of one pool run one at a time (``lock``): they share bytes.
 """
@@ -37,9 +41,14 @@ def fresh_storage(nbytes: int) -> torch.UntypedStorage:
     return torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
 
 
+def references(storage: torch.UntypedStorage) -> int:
+    """How many tensors and handles reference ``storage``."""
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
 def held_elsewhere(storage: torch.UntypedStorage) -> bool:
     """Whether anything but the pool's own handle references ``storage``."""
-    return torch._C._storage_Use_Count(storage._cdata) > 1
+    return references(storage) > 1
 
 
 @dataclass(eq=False)
@@ -47,6 +56,19 @@ class OutputSlot:
     storage: torch.UntypedStorage | None = None
     writer: PlacedCapture | None = None
     """The capture whose tensors point at ``storage`` (and whose outputs it holds)."""
+    own_references: int = 0
+    """References to ``storage`` when its writer last handed it out (the pool's handle and the
+    writer's tensors): more at the writer's next replay means the caller still holds it."""
+
+    def handed_out(self) -> None:
+        """Note the references the pool and the writer hold, before the caller gets aliases."""
+        if self.storage is not None:
+            self.own_references = references(self.storage)
+
+    def held_by_caller(self) -> bool:
+        """Whether the caller still holds what the writer handed out last (checked before the
+        writer replays again)."""
+        return self.storage is not None and references(self.storage) > self.own_references
 
 
 class PlacedCapture:
@@ -64,10 +86,17 @@ class PlacedCapture:
         """Bytes this capture needs: its arena extent plus its output storages."""
 
     def enter(self) -> None:
-        """Point this capture's output tensors at its slots (call under ``pool.lock``)."""
-        for index in range(len(self.outputs)):
-            if self.pool.slots[index].writer is not self:
+        """Point this capture's output tensors at its slots, fresh memory for an output of its
+        own that the caller still holds (call under ``pool.lock``)."""
+        for index, slot in enumerate(self.pool.slots[: len(self.outputs)]):
+            if slot.writer is not self or slot.held_by_caller():
                 self.pool.take_slot(index, self)
+
+    def handing_out(self) -> None:
+        """Note what the slots' storages are referenced by before the caller gets its aliases
+        (call under ``pool.lock``, after the replay)."""
+        for slot in self.pool.slots[: len(self.outputs)]:
+            slot.handed_out()
 
     def leave(self) -> None:
         """Give the slots up (the capture is being released)."""

@@ -60,6 +60,9 @@ class CpuRuntime(DeviceRuntime):
         graph = CpuGraph(build_program(build, program.disabled_steps))
         del build, recorder, watcher  # the capture's own storages, now moved into the pool
         release_free_heap()
+        if graph.placed is not None:
+            with graph.placed.pool.lock:
+                graph.placed.handing_out()
         return Capture(graph, caller_aliases(outputs))
 
     def new_pool(self) -> CpuPool:

@@ -1,0 +1,90 @@
+"""What a device graph hands its caller: aliases that become unreadable once overwritten.
+
+A device graph (CUDA, NPU) writes its outputs into the same memory on every replay. The caller
+therefore never gets the graph's own tensors but tensors on storages of their own over the same
+bytes (one storage per output storage, so outputs that are views of one another stay views of
+one storage; outputs that alias an input are passed through). Before the key replays again,
+each storage handed out last time that the caller still holds (an output, or any view made of
+it) is made unreadable: reading it raises an error naming ``clone_output=True``, where eager
+would have given the old values and a silent read would give the new ones. cudagraph trees do
+the same.
+
+A released graph's last outputs stay readable for as long as the caller holds them: the graph's
+own tensors, which own the bytes, are kept until then.
+
+Torch builds without the storage hook (CPU-only builds, where ``torch_npu`` runs) hand out the
+graph's own outputs, which the next replay of the key overwrites in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from npugraph_ex.compat import storage_unreadable_marker
+
+OVERWRITTEN = (
+    "npugraph_ex: this tensor is an output of a captured graph that a later call with the same "
+    "input shapes has overwritten (a replay reuses the graph's output memory). Clone what you "
+    "keep before calling again, or compile with options={'clone_output': True}."
+)
+
+MARK_UNREADABLE = storage_unreadable_marker()
+
+
+def references(storage: torch.UntypedStorage) -> int:
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
+class HandedOut:
+    """The storages one graph handed out at its last replay (see module docstring)."""
+
+    lingering: list[tuple[list[torch.UntypedStorage], list[Any]]] = []
+    """Released graphs' outputs kept alive for the storages a caller still holds."""
+
+    def __init__(self, inputs: Sequence[Any]):
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        self.inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        """Addresses of the input storages: outputs on them are the caller's, passed through."""
+        self.storages: list[torch.UntypedStorage] = []
+
+    def hand_out(self, outputs: list[Any]) -> list[Any]:
+        """Aliases of ``outputs`` for the caller, on storages noted for ``before_replay``."""
+        if MARK_UNREADABLE is None:
+            return list(outputs)
+        made: dict[int, torch.UntypedStorage] = {}
+        aliases = []
+        for output in outputs:
+            storage = output.untyped_storage() if isinstance(output, torch.Tensor) else None
+            if storage is None or storage.nbytes() == 0 or storage.data_ptr() in self.inputs:
+                aliases.append(output)
+                continue
+            own = made.get(storage.data_ptr())
+            if own is None:
+                own = made[storage.data_ptr()] = torch._C._construct_storage_from_data_pointer(
+                    storage.data_ptr(), output.device, storage.nbytes()
+                )
+            alias = torch.empty(0, dtype=output.dtype, device=output.device)
+            aliases.append(alias.set_(own, output.storage_offset(), output.shape, output.stride()))
+        self.storages = list(made.values())
+        return aliases
+
+    def before_replay(self) -> None:
+        """Make what the caller still holds of the last hand-out unreadable: the replay about
+        to run overwrites it."""
+        for storage in self.storages:
+            if references(storage) > 1:
+                MARK_UNREADABLE(storage, OVERWRITTEN)
+        self.storages = []
+
+    def release(self, owners: list[Any]) -> None:
+        """The graph goes: keep ``owners`` (its outputs, which own the bytes) while the caller
+        holds what was handed out last, and let go of those of earlier releases it dropped."""
+        held = [s for s in self.storages if references(s) > 1]
+        self.storages = []
+        kept = HandedOut.lingering
+        kept[:] = [(s, o) for s, o in kept if any(references(x) > 1 for x in s)]
+        if held:
+            kept.append((held, owners))
