@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.runtime import cuda_pools
 from npugraph_ex.runtime.base import (
     Capture,
     CapturedGraph,
@@ -54,6 +55,8 @@ class DeviceGraph(CapturedGraph):
         self.outputs = outputs
         self._pool_bytes = pool_bytes
         self.handed_out = HandedOut(inputs)
+        self.pool_hold: Any = None
+        """Keeps the pool the graph's input buffers were moved into (``move_into_pool``)."""
 
     def replay(self) -> list[Any]:
         self.handed_out.before_replay()
@@ -65,6 +68,7 @@ class DeviceGraph(CapturedGraph):
         for graph in self.graphs:
             graph.reset()
         self.handed_out.release(self.outputs)
+        self.pool_hold = None
         self.graphs = []
         self.outputs = []
         self._pool_bytes = 0
@@ -147,8 +151,15 @@ class StreamGraphRuntime(DeviceRuntime):
     ) -> Capture:
         """Any program (ATen kernels, compiled kernels; a watched one is captured as a graph).
         Capturing executes nothing, so the capturing call replays once."""
+        hold = self.move_into_pool([args[i] for i in owned_inputs], pool)
         graph = self.record(program.fn, args, pool, program.capture_error_mode)
+        graph.pool_hold = hold
         return Capture(graph, graph.replay())
+
+    def move_into_pool(self, buffers: Sequence[Any], pool: Any) -> Any:
+        """Move the graph's own input buffers into ``pool`` where the device can; returns
+        what must live as long as the graph (a hold of the pool), or None."""
+        return None
 
     def record(
         self, fn: Callable[..., Any], args: Sequence[Any], pool: Any, capture_error_mode: str
@@ -200,10 +211,26 @@ class StreamGraphRuntime(DeviceRuntime):
 
 
 class CudaRuntime(StreamGraphRuntime):
+    """Input buffers in the graph's pool, and pool bytes read from the allocator's segments
+    (``cuda_pools``)."""
+
     name = "cuda"
 
     def __init__(self) -> None:
         super().__init__(torch.cuda, torch.cuda.CUDAGraph, torch.cuda.graph)
+
+    def move_into_pool(self, buffers: Sequence[Any], pool: Any) -> Any:
+        if not buffers or not cuda_pools.can_allocate_in_pool():
+            return None
+        # Allocating into a pool no graph holds yet would leave it released before the
+        # capture, which then fails an internal assertion: hold it first, with the graph.
+        hold = self.hold_pool(pool)
+        cuda_pools.move_into_pool(buffers, pool)
+        return hold
+
+    def pool_bytes(self, pool: Any) -> int:
+        reserved, _ = cuda_pools.pool_bytes(torch.cuda.memory_snapshot(), pool)
+        return reserved
 
 
 class CudaPlatform(Platform):

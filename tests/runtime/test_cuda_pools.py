@@ -1,0 +1,58 @@
+"""CUDA graph pools (``runtime.cuda_pools``): pool bytes from the allocator's segments, and the
+graph's own input buffers allocated in its pool."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+from npugraph_ex.runtime.cuda_pools import pool_bytes
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+
+
+def segment(pool: tuple[int, int], total: int, allocated: int, address: int = 0) -> dict:
+    """One segment as ``torch.cuda.memory_snapshot()`` lists it (the fields read here)."""
+    return {
+        "segment_pool_id": pool,
+        "total_size": total,
+        "allocated_size": allocated,
+        "address": address,
+    }
+
+
+def test_pool_bytes_are_the_pools_own_segments() -> None:
+    segments = [
+        segment((0, 0), 20 << 20, 1 << 20),  # the default pool
+        segment((0, 3), 2 << 20, 512),
+        segment((0, 3), 20 << 20, 4 << 20),
+        segment((0, 4), 2 << 20, 2 << 20),  # another graph's pool
+    ]
+    assert pool_bytes(segments, (0, 3)) == (22 << 20, (4 << 20) + 512)
+    assert pool_bytes(segments, (0, 9)) == (0, 0)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("reuse", [True, False], ids=["shared-pool", "pool-per-key"])
+@torch.no_grad()
+def test_input_buffers_live_in_the_graphs_pool_and_are_counted(reuse: bool) -> None:
+    def double_then_sum(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum(0)
+
+    before = live_graph_numbers()
+    options = {"reuse_graph_pool_in_same_fx": reuse}
+    fn = torch.compile(double_then_sum, backend="npugraph_ex", fullgraph=True, options=options)
+    x = torch.randn(256, 1024, device="cuda")
+    for _ in range(3):
+        assert torch.equal(fn(x), double_then_sum(x))
+    (manager,) = managers_since(before)
+    (entry,) = manager.entries.values()
+    ((_, buffer),) = entry.staged.copies
+    pool = [s for s in torch.cuda.memory_snapshot() if s["segment_pool_id"] == tuple(entry.pool)]
+    address = buffer.data_ptr()
+    assert any(s["address"] <= address < s["address"] + s["total_size"] for s in pool)
+    (counted,) = manager.pool_bytes().values()
+    assert counted == sum(s["total_size"] for s in pool)
+    assert counted >= 256 * 1024 * 4  # the input buffer, at least
