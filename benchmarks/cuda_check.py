@@ -8,6 +8,7 @@ command, each step in its own process under its own time limit, the whole under 
     3. the bench on the tiny model, float16 and bfloat16: decode, one token, growing loop
     4. the bench on Qwen3-0.6B (random weights): decode in float16 and bfloat16, the growing loop
        (16 lengths) in float16
+    5. ``growing_peak.py``: where the growing loop's peak memory comes from, backend by backend
 
 beside ``reduce-overhead`` and ``inductor`` (not on the 0.6B growing loop: Inductor takes minutes
 to compile it). Each bench prints its tables at its end: a step stopped by its limit has none. A
@@ -40,7 +41,7 @@ VARIANTS = (
     "eager,npugraph_ex,npugraph_ex+static_kernels,npugraph_ex+background,reduce-overhead,inductor"
 )
 
-NOTES = ("npugraph_ex+background:", "GPU time of one replay")
+NOTES = ("npugraph_ex+background:", "GPU time of one replay", "at the peak, ")
 """Lines after a table that belong to it."""
 
 
@@ -67,31 +68,35 @@ def steps(out_dir: Path, dry_run: bool) -> list[Step]:
         tests += ["-n", "4"]
     held = [sys.executable, str(Path(__file__).with_name("held_outputs.py"))]
     held += ["--out", str(out_dir / "held_outputs.json")]
+    peak = [sys.executable, str(Path(__file__).with_name("growing_peak.py"))]
+    peak += ["--out", str(out_dir / "growing_peak.json")]
     if dry_run:  # the same steps on CPU, on a model small enough for a minute
         common = ["--device", "cpu", "--repeats", "2", "--steps", "8", "--tokens", "4"]
         variants = ["--variants", VARIANTS.replace("reduce-overhead,", "")]
         return [
             Step("cuda tests", tests, 120),
             Step("held outputs", [*held, "--device", "cpu", "--calls", "200"], 30),
+            Step("growing peak", [*peak, "--device", "cpu", "--tokens", "4"], 60),
             *(bench(f"micro-{dtype}", out_dir, 120, "--model", "micro", "--dtype", dtype,
                     "--workloads", "decode,token,growing", *variants, *common)
               for dtype in ("float16", "bfloat16")),
         ]  # fmt: skip
     return [
-        Step("cuda tests", tests, 100),
+        Step("cuda tests", tests, 85),
         Step("held outputs", held + ["--device", "cuda"], 30),
-        *(bench(f"tiny-{dtype}", out_dir, 70, "--device", "cuda", "--model", "tiny",
+        *(bench(f"tiny-{dtype}", out_dir, 65, "--device", "cuda", "--model", "tiny",
                 "--dtype", dtype, "--workloads", "decode,token,growing", "--variants", VARIANTS,
                 "--repeats", "5", "--tokens", "16")
           for dtype in ("float16", "bfloat16")),
-        *(bench(f"qwen3-0.6b-decode-{dtype}", out_dir, 70, "--device", "cuda",
+        *(bench(f"qwen3-0.6b-decode-{dtype}", out_dir, 65, "--device", "cuda",
                 "--model", "qwen3-0.6b", "--dtype", dtype, "--workloads", "decode",
                 "--variants", VARIANTS, "--repeats", "3")
           for dtype in ("float16", "bfloat16")),
-        bench("qwen3-0.6b-growing-float16", out_dir, 70, "--device", "cuda",
+        bench("qwen3-0.6b-growing-float16", out_dir, 65, "--device", "cuda",
               "--model", "qwen3-0.6b", "--dtype", "float16", "--workloads", "growing",
               "--variants", "eager,npugraph_ex,npugraph_ex+background,reduce-overhead",
               "--repeats", "3", "--tokens", "16"),
+        Step("growing peak", [*peak, "--device", "cuda"], 40),
     ]  # fmt: skip
 
 
@@ -125,7 +130,7 @@ def tables_in(output: str) -> list[str]:
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         caption = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        notes = [n for n in lines[end : end + 3] if n.startswith(NOTES)]
+        notes = [n for n in lines[end : end + 16] if n.startswith(NOTES)]
         blocks.append("\n".join([caption, "", *lines[i:end], *([""] + notes if notes else [])]))
     summary = [line for line in lines if " passed" in line or " failed" in line]
     return blocks or summary[-1:]

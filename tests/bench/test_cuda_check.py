@@ -28,7 +28,8 @@ def test_the_plan_fits_the_budget_and_names_the_peers() -> None:
     assert sum(step.limit_s for step in planned) <= 480
     assert planned[0].name == "cuda tests" and "-m" in planned[0].command
     assert planned[1].name == "held outputs" and "--device cuda" in " ".join(planned[1].command)
-    benches = planned[2:]
+    benches = [step for step in planned if "bench" in step.command]
+    assert len(benches) == 5 and planned[-1].name == "growing peak"
     assert all("reduce-overhead" in " ".join(step.command) for step in benches)
     dtypes = {step.command[step.command.index("--dtype") + 1] for step in benches}
     assert dtypes == {"float16", "bfloat16"}
@@ -68,3 +69,25 @@ def test_the_section_goes_between_its_markers_and_replaces_the_last(
     assert text.count(cuda_check.BEGIN) == 1 and text.count(cuda_check.END) == 1
     assert "NVIDIA H100, driver 550, CUDA 12.8, torch 2.11" in text
     assert text.index("## CUDA check") < text.index("## CUDA: NVIDIA H200")
+
+
+def test_the_peak_is_found_with_the_allocations_alive_at_it() -> None:
+    import growing_peak
+
+    def entry(action: str, addr: int, mib: int, file: str = "a.py") -> dict:
+        frames = [{"filename": "/x/y/" + file, "line": 3, "name": "f"}]
+        return {"action": action, "addr": addr, "size": mib << 20, "frames": frames}
+
+    trace = [
+        entry("alloc", 1, 10),
+        entry("alloc", 2, 100, "mask.py"),
+        entry("free_requested", 2, 100),  # still allocated until the free completes
+        entry("alloc", 3, 5),
+        entry("free_completed", 2, 100),
+        entry("free_completed", 99, 7),  # a block allocated before the trace began
+        entry("alloc", 4, 50),
+    ]
+    peak, live = growing_peak.peak_allocations(trace)
+    assert peak == 115 << 20
+    assert [e["addr"] for e in live] == [2, 1, 3]  # largest first
+    assert growing_peak.where(live[0]) == ["x/y/mask.py:3 f"]
