@@ -10,7 +10,7 @@ would have given the old values and a silent read would give the new ones. cudag
 the same.
 
 A released graph's last outputs stay readable for as long as the caller holds them: the graph's
-own tensors, which own the bytes, are kept until then.
+own tensors, which own the bytes, are kept until a later release finds them no longer held.
 
 Torch builds without the storage hook (CPU-only builds, where ``torch_npu`` runs) hand out the
 graph's own outputs, which the next replay of the key overwrites in place.
