@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 import torch.fx
 
 from npugraph_ex.config import Config
@@ -20,6 +21,7 @@ from npugraph_ex.passes.patterns import (
     capture_registry,
     product_registry,
     register_builtin_patterns,
+    register_for,
     registry,
 )
 
@@ -37,12 +39,20 @@ once."""
 
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
+    for dtype in input_dtypes(gm):
+        register_for(dtype)
     canonical_spellings(gm.graph)
     replaced = registry().apply(gm.graph)
     if replaced:
         gm.graph.eliminate_dead_code()
     if not config.static_kernel_compile and not gm.meta.get(DEFER_CAPTURE_PATTERNS):
         fuse_capture_patterns(gm)
+
+
+def input_dtypes(gm: torch.fx.GraphModule) -> set[torch.dtype]:
+    """The dtypes of the graph's tensor inputs (parameters included)."""
+    values = (node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder"))
+    return {value.dtype for value in values if isinstance(value, torch.Tensor)}
 
 
 def fuse_capture_patterns(gm: torch.fx.GraphModule) -> None:

@@ -281,3 +281,14 @@ def register_builtin_patterns() -> None:
     rms_norm.register()
     row_products.register(capture_registry())
     onednn_linear.register(product_registry())
+
+
+@functools.cache
+def register_for(dtype: torch.dtype) -> None:
+    """The built-in patterns that are traced per half-precision dtype (``HALF_PRECISION``),
+    registered the first time a graph of that dtype reaches the pass: tracing them costs about
+    as much as every float32 pattern together, which float32 models need not pay."""
+    from npugraph_ex.passes.patterns import eager_attention
+
+    if dtype in eager_attention.HALF_PRECISION:
+        eager_attention.register(dtype)

@@ -11,17 +11,22 @@ without the scale (``scale=1``): models that scale the query first (OPT) or not 
 a ``* 1.0`` that ``remove_noop_ops`` has already dropped. Two additive terms (T5's position bias,
 then the padding mask transformers adds under torch 2.11 and skips under 2.13) become one mask,
 their sum.
-Applied where the kernel computes what the ops did (``fusable``): to float32 graphs; not to
-half-precision ones whose softmax runs in half precision, numbers or bool tensors added as a
-mask, masks of another dtype, or products that broadcast the batch; and on devices whose platform
-lists the fused kernel (``Platform.fused_kernels``: CPU, CUDA, NPU).
+Applied where the kernel computes what the ops did (``fusable``): to float32 graphs, and to
+float16 and bfloat16 ones whose softmax runs in float32 between two casts, as transformers
+writes it (the fused kernels accumulate in float32 too); not to half-precision graphs whose
+softmax runs in half precision, numbers or bool tensors added as a mask, masks of another dtype,
+or products that broadcast the batch; and on devices whose platform lists the fused kernel
+(``Platform.fused_kernels``: CPU, CUDA, NPU). The half-precision patterns are traced the first
+time a graph with half-precision inputs reaches the pass (``register_for``).
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
-float32 values, measured against eager in the tests); dropout must be off (``training=False``),
-which is how the graph reaches this pass in inference.
+float32 values; within half precision's rounding of eager's float16 and bfloat16 results,
+measured in the tests); dropout must be off (``training=False``), which is how the graph reaches
+this pass in inference.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -38,11 +43,12 @@ from npugraph_ex.passes.patterns.checks import (
 from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
 from npugraph_ex.runtime.platform import SDPA, platform_for
 
-DTYPES = (torch.float32,)
-"""The patterns are traced in float32, where the softmax's float32 cast is not in the graph: in a
-half-precision graph they would match a softmax computed in half precision, which the fused kernel
-computes in float32. Those are left as they are (float64 graphs never match: the re-trace of a
-pattern with their values holds the casts)."""
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+"""The dtypes with patterns of their own: traced in such a dtype, a pattern holds the softmax's
+casts to float32 and back. Traced in float32 it has none, and in a half-precision graph it would
+match a softmax computed in half precision, which the fused kernel computes in float32: each
+pattern is therefore applied to graphs of the dtype it was traced in only (float64 graphs never
+match: the re-trace of a pattern with their values holds the casts)."""
 
 
 def weights(q, k, scale=None, mask=None, bias=None):  # noqa: ANN001, ANN201
@@ -118,10 +124,10 @@ def fused_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
     )
 
 
-def fusable(match: Any) -> bool:
+def fusable(match: Any, dtype: torch.dtype = torch.float32) -> bool:
     """What ``scaled_dot_product_attention`` computes is what the written-out ops did.
 
-    Query, key and value are 4-d float32 tensors (``DTYPES``) on one device, of one
+    Query, key and value are 4-d tensors of ``dtype`` (the patterns' own) on one device, of one
     batch size (the products would broadcast it, the kernel does not), key and value of one
     length and head count, the query heads a multiple of the key heads; each additive term
     (``mask``, ``bias``) is a tensor of the query's dtype and device (the add would promote to a
@@ -133,7 +139,7 @@ def fusable(match: Any) -> bool:
     if tensors is None:
         return False
     q, k, v = tensors
-    if not (one_kind([q, k, v], DTYPES) and q.dim() == k.dim() == v.dim() == 4):
+    if not (one_kind([q, k, v], (dtype,)) and q.dim() == k.dim() == v.dim() == 4):
         return False
     if not (
         same_shape(q.shape[:1], k.shape[:1])
@@ -156,11 +162,16 @@ def fusable(match: Any) -> bool:
     return SDPA in platform_for(q.device.type).fused_kernels()
 
 
-def register() -> None:
+def register(dtype: torch.dtype = torch.float32) -> None:
+    """The patterns traced in ``dtype`` (float32, or one of ``HALF_PRECISION``)."""
     from npugraph_ex.passes.patterns import register_replacement
 
-    q, grouped_k, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 4, 5, 8)
-    mask = torch.randn(1, 1, 3, 5)
+    def example(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape).to(dtype)
+
+    check = functools.partial(fusable, dtype=dtype)
+    q, grouped_k, k = example(1, 4, 3, 8), example(1, 2, 5, 8), example(1, 4, 5, 8)
+    mask = example(1, 1, 3, 5)
     for search, replace, kv in (
         (grouped_masked, fused_masked, grouped_k),
         (grouped, fused, grouped_k),
@@ -168,7 +179,7 @@ def register() -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_scaled_attention(search, replace, inputs, check=fusable)
+        register_scaled_attention(search, replace, inputs, check=check)
     for search, replace, kv in (
         (grouped_masked_unscaled, fused_masked_unscaled, grouped_k),
         (grouped_unscaled, fused_unscaled, grouped_k),
@@ -177,12 +188,15 @@ def register() -> None:
     ):
         masked = replace is fused_masked_unscaled
         register_replacement(
-            search, replace, [q, kv, kv.clone(), *([mask] if masked else [])], extra_check=fusable
+            search,
+            replace,
+            [q, kv, kv.clone(), *([mask] if masked else [])],
+            extra_check=check,
         )
-    bias = torch.randn(1, 4, 3, 5)
+    bias = example(1, 4, 3, 5)
     register_replacement(
         plain_biased_masked_unscaled,
         fused_biased_masked_unscaled,
         [q, k, k.clone(), bias, mask],
-        extra_check=fusable,
+        extra_check=check,
     )
