@@ -52,6 +52,7 @@ from common import (
     add_common_args,
     apply_threads,
     aten_self_times,
+    calls_through,
     environment,
     environment_line,
     format_table,
@@ -166,11 +167,10 @@ def measure(
     compiled()
     manager, args_in = manager_arguments(managers_since(before), compiled)
     graph = next(iter(manager.entries.values())).graph
-    run_alone = manager.run
     calls = {
         "eager": eager,
         "npugraph_ex": compiled,
-        "replay": lambda: run_alone(list(args_in)),
+        "replay": lambda: manager(list(args_in)),
         "kernels": with_inputs(manager, args_in, step_loop(graph)),
     }
 
@@ -185,14 +185,11 @@ def measure(
         return run
 
     in_manager = InCallClock()
-    manager.run = in_manager.clocked(run_alone)
     blocks = {name: block(call) for name, call in calls.items()}
     blocks["replay in the call"] = in_manager.block(compiled, reset, args.calls)
     blocks["in AOTAutograd's call"] = in_aot.block(compiled, reset, args.calls)
-    try:
+    with calls_through(manager, in_manager.clocked):
         times = interleaved(blocks, args.repeats)
-    finally:
-        del manager.run  # the class's method again
     reset()
     eager_self = sum(aten_self_times(eager, args.calls)[0].values())
     return {

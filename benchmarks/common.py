@@ -15,8 +15,9 @@ captured graph) stays in this file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "apply_threads",
     "aten_self_times",
     "bar_panels",
+    "calls_through",
     "captured_graph",
     "cell_text",
     "cpu_model",
@@ -95,17 +97,37 @@ def manager_arguments(managers: list[Any], call: Callable[[], Any]) -> tuple[Any
     arguments ``call`` gives it, kept from one call. Called alone on them, the manager does the
     key lookup, input copies, replay and outputs, without Dynamo's frame or the wrapper."""
     kept: dict[int, list[Any]] = {}
-    for index, manager in enumerate(managers):
-        manager.run = lambda args, run=manager.run, index=index: (
-            kept.setdefault(index, list(args)) and run(args)
-        )
-    try:
+
+    def keeping(index: int) -> Callable[[Callable[[list[Any]], Any]], Callable[..., Any]]:
+        return lambda run: lambda args: kept.setdefault(index, list(args)) and run(args)
+
+    with contextlib.ExitStack() as stack:
+        for index, manager in enumerate(managers):
+            stack.enter_context(calls_through(manager, keeping(index)))
         call()
-    finally:
-        for manager in managers:
-            del manager.run  # the class's method again
     ((index, args),) = kept.items()
     return managers[index], args
+
+
+@contextlib.contextmanager
+def calls_through(
+    manager: Any, wrap: Callable[[Callable[[list[Any]], Any]], Callable[[list[Any]], Any]]
+) -> Iterator[None]:
+    """Inside the block, a call of ``manager`` (as the wrappers make it, ``manager(args)``) runs
+    ``wrap(the manager's own call)(args)``; other managers are untouched. Python looks the call
+    up on the class, so the class's ``__call__`` is replaced for the block."""
+    manager_class = type(manager)
+    original = manager_class.__call__
+    wrapped = wrap(lambda args: original(manager, args))
+
+    def dispatch(self: Any, args: list[Any]) -> Any:
+        return wrapped(args) if self is manager else original(self, args)
+
+    manager_class.__call__ = dispatch
+    try:
+        yield
+    finally:
+        manager_class.__call__ = original
 
 
 def with_inputs(manager: Any, args: list[Any], run: Callable[[], Any]) -> Callable[[], Any]:

@@ -31,6 +31,7 @@ greedy steps check that both pick the same tokens.
     python benchmarks/qwen3_decode_step.py --preset all --plot docs/figures/qwen3_decode_step.png
     python benchmarks/qwen3_decode_step.py --static-kernels --no-dynamo-reference
     python benchmarks/qwen3_decode_step.py --family qwen2   # Qwen2: q, k, v with a bias
+    python benchmarks/qwen3_decode_step.py --dtype bfloat16 --attn eager   # the seed's model
 
 ``--family qwen2`` builds Qwen2 in the same sizes (the same decoder with a bias on the q, k and v
 projections and no q/k norms); ``--family mistral`` builds Mistral, whose ``StaticCache`` layers
@@ -80,6 +81,7 @@ from transformers import (
 )
 
 from npugraph_ex.bench.decode import cache_keyword
+from npugraph_ex.bench.models import cast_parameters
 
 NAME = "qwen3_decode_step"
 
@@ -189,12 +191,24 @@ class Bench:
         return cache
 
 
-def build(preset: str, max_cache_len: int, seed: int, family: str = "qwen3") -> Bench:
+def build(
+    preset: str,
+    max_cache_len: int,
+    seed: int,
+    family: str = "qwen3",
+    dtype: str = "float32",
+    attn: str = "sdpa",
+) -> Bench:
+    """The preset's model with random weights; parameters in ``dtype`` (buffers as built, as
+    ``from_pretrained`` keeps them), attention as ``attn`` (transformers' implementation)."""
     config_class, model_class = FAMILIES[family]
-    config = config_class(**QWEN3_PRESETS[preset], max_position_embeddings=max(max_cache_len, 512))
+    positions = max(max_cache_len, 512)
+    config = config_class(
+        **QWEN3_PRESETS[preset], max_position_embeddings=positions, attn_implementation=attn
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = model_class(config).eval()
+        model = cast_parameters(model_class(config).eval(), getattr(torch, dtype))
     return Bench(preset, config, model, max_cache_len)
 
 
@@ -330,7 +344,7 @@ def bare_calls(
     cache.reset()
     graph = next(iter(manager.entries.values())).graph
     steps = with_inputs(manager, args, step_loop(graph)) if hasattr(graph, "steps") else None
-    return lambda: manager.run(list(args)), with_inputs(manager, args, graph.replay), steps
+    return lambda: manager(list(args)), with_inputs(manager, args, graph.replay), steps
 
 
 def static_blocks(bench: Bench, steps: int) -> dict[str, Callable[[], float]]:
@@ -353,7 +367,7 @@ def first_step(fn: Callable[..., Any], cache: StaticCache) -> Callable[[], Any]:
 
 def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
     """Check numerics, then time eager / npugraph_ex / replay-only interleaved."""
-    bench = build(preset, args.max_cache_len, args.seed, args.family)
+    bench = build(preset, args.max_cache_len, args.seed, args.family, args.dtype, args.attn)
     before = live_graph_numbers()
     eager_cache, compiled_cache, unfused_cache = (bench.new_cache() for _ in range(3))
     start = time.perf_counter()
@@ -404,6 +418,8 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
         "preset": preset,
         "model": {
             "family": args.family,
+            "dtype": args.dtype,
+            "attn": args.attn,
             **QWEN3_PRESETS[preset],
             "parameters": sum(p.numel() for p in bench.model.parameters()),
         },
@@ -534,8 +550,9 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(environment_line(environment()))
     print(
-        f"{args.family} one-token decode step, StaticCache max_cache_len={args.max_cache_len}; "
-        f"median of {args.repeats} interleaved repeats of {args.steps} steps each"
+        f"{args.family} one-token decode step in {args.dtype}, {args.attn} attention, "
+        f"StaticCache max_cache_len={args.max_cache_len}; median of {args.repeats} interleaved "
+        f"repeats of {args.steps} steps each"
     )
     rows = [[r["preset"], *(cell(r) for cell in TIMING_COLUMNS.values())] for r in results]
     print(format_table(["preset", *TIMING_COLUMNS], rows))
@@ -591,6 +608,10 @@ def add_step_args(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, default=64, help="decode steps per timed block (< max-cache-len)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--attn", choices=("sdpa", "eager"), default="sdpa", help="transformers' attention"
+    )
 
 
 def each_preset(
