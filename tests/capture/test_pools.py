@@ -196,7 +196,11 @@ def test_clone_output_returns_private_copies_from_a_shared_pool(device: str) -> 
     assert third.data_ptr() not in (first.data_ptr(), second.data_ptr())
 
 
-@pytest.mark.parametrize("mode", [[], ["same-key"]], ids=["two-keys", "same-key-clone-output"])
+@pytest.mark.parametrize(
+    "mode",
+    [[], ["same-key"], ["same-key-held"]],
+    ids=["two-keys", "same-key-clone-output", "same-key-held"],
+)
 def test_two_threads_replaying_one_pool_get_their_own_results(mode: list[str]) -> None:
     # In a fresh process: before torch 2.12, Dynamo's own state does not survive threads.
     done = subprocess.run(

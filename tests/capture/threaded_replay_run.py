@@ -3,6 +3,8 @@
 ``python threaded_replay_run.py``: the threads replay the two keys of one pool.
 ``python threaded_replay_run.py same-key``: both replay one key, with ``clone_output=True``
 (each call must get its own results: input copies, replay and clones run under the pool's lock).
+``python threaded_replay_run.py same-key-held``: the same without ``clone_output``: a replay
+takes fresh memory for an output the other thread still holds (checked under the pool's lock).
 
 Run by ``test_pools.py``. Dynamo itself is not thread-safe before torch 2.12 (pytorch#118260):
 threads entering one compiled function race on its config patching and can leave the process's
@@ -33,9 +35,9 @@ def expand(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def main() -> None:
     torch.manual_seed(0)
-    same_key = sys.argv[1:] == ["same-key"]
-    rows_per_thread = (ROWS[0], ROWS[0]) if same_key else ROWS
-    options = {"clone_output": same_key}
+    mode = sys.argv[1] if len(sys.argv) > 1 else "two-keys"
+    rows_per_thread = ROWS if mode == "two-keys" else (ROWS[0], ROWS[0])
+    options = {"clone_output": mode == "same-key"}
     w = torch.randn(16, 32)
     fn = torch.compile(expand, backend="npugraph_ex", fullgraph=True, dynamic=True, options=options)
     for rows in set(rows_per_thread):  # every key captured up front, in one pool
