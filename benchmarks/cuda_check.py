@@ -11,12 +11,13 @@ command, each step in its own process under its own time limit, the whole under 
     5. ``growing_peak.py``: where the growing loop's peak memory comes from, backend by backend
 
 beside ``reduce-overhead`` and ``inductor`` (not on the 0.6B growing loop: Inductor takes minutes
-to compile it). Each bench prints its tables at its end: a step stopped by its limit has none. A
-step that runs out of time or fails is recorded with its output's tail, and the next one runs; a
-step that no longer fits the budget is skipped. Everything goes to ``--out-dir``: each bench's
-JSON record, ``cuda_check.json`` (device, driver, versions, each step's status, seconds and
-tables) and ``cuda_check.md``, the section ``--apply`` puts into docs/benchmarks.md (between its
-``cuda-check`` markers).
+to compile it), each bench with its physical limit: the model's weight bytes over the device's
+measured copy bandwidth, per token. Each bench prints its tables at its end: a step stopped by
+its limit has none. A step that runs out of time or fails is recorded with its output's tail,
+and the next one runs; a step that no longer fits the budget is skipped. Everything goes to
+``--out-dir``: each bench's JSON record, ``cuda_check.json`` (device, driver, versions, copy
+bandwidth, each step's status, seconds and tables) and ``cuda_check.md``, the section ``--apply``
+puts into docs/benchmarks.md (between its ``cuda-check`` markers).
 
     python benchmarks/cuda_check.py --out-dir "$OUT"        # on the GPU machine (make cuda-check)
     python benchmarks/cuda_check.py --dry-run               # the same steps on CPU, small
@@ -143,6 +144,7 @@ def machine() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
+        info["copy_bytes_per_s"] = copy_bandwidth()
         try:
             query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
             info["driver"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
@@ -157,6 +159,44 @@ def machine() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, copies: int = 10) -> float:
+    """Bytes per second a device-to-device copy moves (each copy reads and writes ``nbytes``):
+    the memory bandwidth a decode step that reads every weight once can use at most."""
+    import torch
+
+    source = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    target.copy_(source)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(copies):
+        target.copy_(source)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000
+    del source, target
+    torch.cuda.empty_cache()
+    return 2 * nbytes * copies / seconds
+
+
+def weight_floor(record_path: Path, bytes_per_s: float | None) -> str | None:
+    """The physical limit beside a bench's figures: its model's weight bytes over the measured
+    copy bandwidth, per token (a decode step reads every weight once)."""
+    if bytes_per_s is None or not record_path.exists():
+        return None
+    model = json.loads(record_path.read_text()).get("model") or {}
+    if "parameters" not in model or "dtype" not in model:
+        return None
+    element = {"float32": 4, "float16": 2, "bfloat16": 2}.get(model["dtype"], 4)
+    weights = model["parameters"] * element
+    seconds = weights / bytes_per_s
+    return (
+        f"Physical limit: {weights / 1e9:.3f} GB of {model['dtype']} weights over "
+        f"{bytes_per_s / 1e12:.2f} TB/s (measured device copy) = {seconds * 1e3:.3f} ms per "
+        f"token, at most {1 / seconds:,.0f} tokens/s."
+    )
 
 
 def section(record: dict[str, Any]) -> str:
@@ -174,6 +214,8 @@ def section(record: dict[str, Any]) -> str:
         lines += [f"**{step['name']}**: {step['status']} in {step['seconds']} s", ""]
         for table in step["tables"]:
             lines += [table, ""]
+        if step.get("limit"):
+            lines += [step["limit"], ""]
     return "\n".join(lines + [END])
 
 
@@ -211,12 +253,16 @@ def main() -> None:
     for step in planned:
         run(step, args.budget_s - (time.monotonic() - started))
         print(f"{step.name}: {step.status} in {step.seconds} s", flush=True)
+    about = machine()
     record = {
         "commit": commit(),
-        "machine": machine(),
+        "machine": about,
         "seconds": time.monotonic() - started,
         "steps": [asdict(step) for step in planned],
     }
+    for step in record["steps"]:
+        record_path = args.out_dir / f"{step['name']}.json"
+        step["limit"] = weight_floor(record_path, about.get("copy_bytes_per_s"))
     (args.out_dir / "cuda_check.json").write_text(json.dumps(record, indent=1))
     (args.out_dir / "cuda_check.md").write_text(section(record) + "\n")
     print(f"wrote {args.out_dir / 'cuda_check.json'} and cuda_check.md")

@@ -91,3 +91,14 @@ def test_the_peak_is_found_with_the_allocations_alive_at_it() -> None:
     assert peak == 115 << 20
     assert [e["addr"] for e in live] == [2, 1, 3]  # largest first
     assert growing_peak.where(live[0]) == ["x/y/mask.py:3 f"]
+
+
+def test_the_physical_limit_is_the_weights_over_the_measured_bandwidth(tmp_path: Path) -> None:
+    record = tmp_path / "qwen3-0.6b-decode-float16.json"
+    record.write_text('{"model": {"parameters": 500000000, "dtype": "float16"}}')
+    assert cuda_check.weight_floor(record, 4e12) == (
+        "Physical limit: 1.000 GB of float16 weights over 4.00 TB/s (measured device copy) = "
+        "0.250 ms per token, at most 4,000 tokens/s."
+    )
+    assert cuda_check.weight_floor(record, None) is None  # a dry run measures no bandwidth
+    assert cuda_check.weight_floor(tmp_path / "absent.json", 4e12) is None
