@@ -59,8 +59,10 @@ lint:
 	$(PYTHON) -m ruff format --check $(LINT_PATHS)
 
 # On a machine with an NVIDIA GPU and torch already installed (no network needed), in one run of
-# at most 8 minutes: the CUDA tests, then the bench in float16 and bfloat16 on the tiny model and
-# Qwen3-0.6B beside reduce-overhead and inductor (benchmarks/cuda_check.py; its results go to $OUT
+# at most 8 minutes: the CUDA tests, a replay's host time with outputs held or not, the bench in
+# float16 and bfloat16 on the tiny model and Qwen3-0.6B beside reduce-overhead and inductor (with
+# the weights-over-bandwidth limit), and where the growing loop's peak memory comes from
+# (benchmarks/cuda_check.py; its results go to $OUT
 # or bench-results/cuda-check, and `python benchmarks/cuda_check.py --apply DIR` puts their
 # section into docs/benchmarks.md). `python benchmarks/cuda_check.py --dry-run` runs it on CPU.
 cuda-check:
