@@ -53,13 +53,15 @@ def tiers() -> dict[str, int]:
     return graph["background"]
 
 
-def call_until_settled(fn: Callable[..., torch.Tensor], model: torch.nn.Module) -> int:
+def call_until_settled(
+    fn: Callable[..., torch.Tensor], model: torch.nn.Module, device: str = "cpu"
+) -> int:
     """Call with new inputs until the key leaves ATen or the trial, checking every result
     against eager; the calls made."""
     deadline = time.monotonic() + SETTLE_SECONDS
     calls = 0
     while time.monotonic() < deadline:
-        x = torch.randn(4, 32)
+        x = torch.randn(4, 32, device=device)
         torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
         calls += 1
         if not {"aten", "pending", "trial"} & set(tiers()):
@@ -82,6 +84,20 @@ def test_a_hot_key_swaps_in_its_kernels_with_eagers_results() -> None:
     assert calls >= 2 * 5  # the trial ran both forms on real calls
     (key,) = graph["keys"].values()
     assert key["pool_bytes"] == 0  # the ATen graph's memory is gone with it
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+@torch.no_grad()
+def test_on_cuda_both_forms_read_the_inputs_of_each_call_through_the_trial() -> None:
+    # Each form is a CUDA graph reading the key's input buffers where its capture found them:
+    # capturing the kernels must not move the buffers the ATen graph reads (its trial calls
+    # would see stale inputs).
+    model = mlp().cuda()
+    fn = compiled(model, background_min_gain=0.01)
+    calls = call_until_settled(fn, model, device="cuda")
+    assert tiers() == {"kernels": 1}
+    assert calls >= 2 * 5
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-from npugraph_ex.runtime.cuda_pools import pool_bytes
+from npugraph_ex.runtime.cuda_pools import MovedBuffers, pool_bytes
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 
@@ -56,3 +56,13 @@ def test_input_buffers_live_in_the_graphs_pool_and_are_counted(reuse: bool) -> N
     (counted,) = manager.pool_bytes().values()
     assert counted == sum(s["total_size"] for s in pool)
     assert counted >= 256 * 1024 * 4  # the input buffer, at least
+
+
+def test_buffers_moved_once_are_known_by_identity_while_they_live() -> None:
+    moved = MovedBuffers()
+    first, second = torch.zeros(2), torch.zeros(2)
+    moved.add([first])
+    assert moved.holds(first) and not moved.holds(second)
+    del first
+    moved.add([second])  # entries of dead buffers go
+    assert len(moved.refs) == 1 and moved.holds(second)

@@ -218,14 +218,19 @@ class CudaRuntime(StreamGraphRuntime):
 
     def __init__(self) -> None:
         super().__init__(torch.cuda, torch.cuda.CUDAGraph, torch.cuda.graph)
+        self.moved = cuda_pools.MovedBuffers()
 
     def move_into_pool(self, buffers: Sequence[Any], pool: Any) -> Any:
+        # Buffers moved for an earlier capture of the key stay: that graph (an ATen replay
+        # while its kernels are tried) reads them where they are.
+        buffers = [b for b in buffers if not self.moved.holds(b)]
         if not buffers or not cuda_pools.can_allocate_in_pool():
             return None
         # Allocating into a pool no graph holds yet would leave it released before the
         # capture, which then fails an internal assertion: hold it first, with the graph.
         hold = self.hold_pool(pool)
         cuda_pools.move_into_pool(buffers, pool)
+        self.moved.add(buffers)
         return hold
 
     def pool_bytes(self, pool: Any) -> int:

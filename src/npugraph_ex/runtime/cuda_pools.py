@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -59,3 +60,20 @@ def move_into_pool(buffers: Sequence[torch.Tensor], pool: Any) -> None:
         for buffer in buffers:  # buffers sharing a storage share its copy
             storage = moved[buffer.untyped_storage().data_ptr()].untyped_storage()
             buffer.set_(storage, buffer.storage_offset(), buffer.size(), buffer.stride())
+
+
+class MovedBuffers:
+    """The input buffers already moved into a pool, by identity and weakly: a key captured
+    again (its compiled kernels beside its ATen replay) keeps its buffers where the graphs
+    already captured read them."""
+
+    def __init__(self) -> None:
+        self.refs: dict[int, weakref.ref] = {}
+
+    def holds(self, buffer: torch.Tensor) -> bool:
+        ref = self.refs.get(id(buffer))
+        return ref is not None and ref() is buffer
+
+    def add(self, buffers: Sequence[torch.Tensor]) -> None:
+        self.refs = {key: ref for key, ref in self.refs.items() if ref() is not None}
+        self.refs.update((id(b), weakref.ref(b)) for b in buffers)
