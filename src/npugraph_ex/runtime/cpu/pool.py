@@ -89,8 +89,10 @@ class PlacedCapture:
         """Point this capture's output tensors at its slots, fresh memory for an output of its
         own that the caller still holds (call under ``pool.lock``)."""
         for index, slot in enumerate(self.pool.slots[: len(self.outputs)]):
-            if slot.writer is not self or slot.held_by_caller():
+            if slot.writer is not self:
                 self.pool.take_slot(index, self)
+            elif slot.held_by_caller():
+                self.pool.renew_slot(index, self)
 
     def handing_out(self) -> None:
         """Note what the slots' storages are referenced by before the caller gets its aliases
@@ -170,6 +172,13 @@ class CpuPool:
             byte_view(storage)[: computed.nbytes()].copy_(byte_view(computed))
             point_at(capture.outputs[index].views, storage, 0)
         slot.writer = capture
+
+    def renew_slot(self, index: int, capture: PlacedCapture) -> None:
+        """The caller holds what ``capture``, the slot's writer, handed out last: the storage is
+        left to the caller and the slot gets fresh memory (the writer's tensors re-pointed)."""
+        buffer = capture.outputs[index]
+        storage = self.slots[index].storage = fresh_storage(buffer.nbytes)
+        point_at(buffer.views, storage, 0)
 
     def take_slot(self, index: int, capture: PlacedCapture) -> None:
         """Point ``capture``'s ``index``-th output storage at slot ``index``."""
