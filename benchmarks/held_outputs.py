@@ -8,7 +8,10 @@ compiled with npugraph_ex, called in one interleaved loop (per call):
 - held: ``out = fn(x)``, so the previous outputs are alive while the next call runs (on CPU the
   graph takes fresh memory for them; on CUDA the held storages are made unreadable);
 - clone_output: the same loop with ``clone_output=True`` (a copy of every output per call);
-- eager: the plain function, which allocates every output on every call.
+- eager: the plain function, which allocates every output on every call;
+- capture manager: the manager called directly, as the wrappers call it (key lookup, input
+  copy, replay, outputs), without Dynamo's guards and AOTAutograd's wrapper;
+- replay only: the captured graph's bare ``replay()`` (and, on CUDA, the aliases it hands out).
 
 On CUDA the loop is not synchronised per call: with GPU work smaller than the host's per call
 (the micro function's kernels take a few microseconds), a call's time is its host time, the
@@ -30,10 +33,12 @@ import torch
 from common import (
     add_common_args,
     apply_threads,
+    captured_graph,
     environment,
     environment_line,
     format_table,
     interleaved,
+    live_graph_numbers,
     median,
     settings_of,
     spread,
@@ -45,7 +50,7 @@ def three_outputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return x * 2, x + 1, x.cos()
 
 
-def loop(fn: Callable[..., Any], x: torch.Tensor, calls: int, hold: bool, sync) -> float:
+def loop(fn: Callable[..., Any], x: Any, calls: int, hold: bool, sync: Callable[[], Any]) -> float:
     """Seconds per call of ``calls`` calls, holding each call's outputs until the next or not."""
     sync()
     start = time.perf_counter()
@@ -59,6 +64,10 @@ def loop(fn: Callable[..., Any], x: torch.Tensor, calls: int, hold: bool, sync) 
             fn(x)
     sync()
     return (time.perf_counter() - start) / calls
+
+
+def replay(graph: Any) -> list[Any]:
+    return graph.replay()
 
 
 def gpu_seconds_per_call(fn: Callable[..., Any], x: torch.Tensor, calls: int) -> float:
@@ -91,11 +100,18 @@ def main() -> None:
 
     shared, cloned = compiled(), compiled(clone_output=True)
     calls = args.calls
+    with torch.no_grad():
+        before = live_graph_numbers()
+        for _ in range(3):  # the capture, then replays
+            shared(x)
+        manager, graph = captured_graph(before)
     blocks = {
         "npugraph_ex, outputs dropped": lambda: loop(shared, x, calls, False, sync),
         "npugraph_ex, outputs held": lambda: loop(shared, x, calls, True, sync),
         "clone_output, outputs held": lambda: loop(cloned, x, calls, True, sync),
         "eager, outputs held": lambda: loop(three_outputs, x, calls, True, sync),
+        "capture manager, outputs dropped": lambda: loop(manager, [x], calls, False, sync),
+        "replay only, outputs dropped": lambda: loop(replay, graph, calls, False, sync),
     }
     with torch.no_grad():
         times = interleaved(blocks, args.repeats)
