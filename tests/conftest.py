@@ -10,7 +10,7 @@ import torch
 
 import npugraph_ex
 from models import make_tiny_qwen3
-from npugraph_ex.passes.patterns import register_builtin_patterns, registry
+from npugraph_ex.passes.patterns import register_builtin_patterns, register_for, registry
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 CUDA_PARAM = pytest.param(
@@ -54,6 +54,8 @@ def tiny_qwen3_config() -> Callable[..., torch.nn.Module]:
 def scratch_registry() -> Iterator[None]:
     """Patterns registered by a test are gone after it (``register_replacement``)."""
     register_builtin_patterns()
+    for dtype in (torch.float16, torch.bfloat16):  # registered once: never dropped with a test's
+        register_for(dtype)
     saved = {key: list(entries) for key, entries in registry().patterns.items()}
     seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
     yield
