@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.compat import storage_unreadable_marker
+from npugraph_ex.runtime.output_copies import input_addresses, rebased, references
 
 OVERWRITTEN = (
     "npugraph_ex: this tensor is an output of a captured graph that a later call with the same "
@@ -34,8 +35,11 @@ OVERWRITTEN = (
 MARK_UNREADABLE = storage_unreadable_marker()
 
 
-def references(storage: torch.UntypedStorage) -> int:
-    return torch._C._storage_Use_Count(storage._cdata)
+def same_bytes(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A storage of its own over ``storage``'s bytes, owning none of them."""
+    return torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), storage.device, storage.nbytes()
+    )
 
 
 class HandedOut:
@@ -45,8 +49,7 @@ class HandedOut:
     """Released graphs' outputs kept alive for the storages a caller still holds."""
 
     def __init__(self, inputs: Sequence[Any]):
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        self.inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        self.inputs = input_addresses(inputs)
         """Addresses of the input storages: outputs on them are the caller's, passed through."""
         self.storages: list[torch.UntypedStorage] = []
 
@@ -54,21 +57,8 @@ class HandedOut:
         """Aliases of ``outputs`` for the caller, on storages noted for ``before_replay``."""
         if MARK_UNREADABLE is None:
             return list(outputs)
-        made: dict[int, torch.UntypedStorage] = {}
-        aliases = []
-        for output in outputs:
-            storage = output.untyped_storage() if isinstance(output, torch.Tensor) else None
-            if storage is None or storage.nbytes() == 0 or storage.data_ptr() in self.inputs:
-                aliases.append(output)
-                continue
-            own = made.get(storage.data_ptr())
-            if own is None:
-                own = made[storage.data_ptr()] = torch._C._construct_storage_from_data_pointer(
-                    storage.data_ptr(), output.device, storage.nbytes()
-                )
-            alias = torch.empty(0, dtype=output.dtype, device=output.device)
-            aliases.append(alias.set_(own, output.storage_offset(), output.shape, output.stride()))
-        self.storages = list(made.values())
+        aliases, made = rebased(outputs, self.inputs, same_bytes)
+        self.storages = [own for _, own in made.values()]
         return aliases
 
     def before_replay(self) -> None:

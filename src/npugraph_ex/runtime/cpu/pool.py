@@ -34,16 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from npugraph_ex.runtime.cpu.memory import MemoryPlan, point_at, unpoint
-from npugraph_ex.runtime.output_copies import byte_view
+from npugraph_ex.runtime.output_copies import byte_view, references
 
 
 def fresh_storage(nbytes: int) -> torch.UntypedStorage:
     return torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
-
-
-def references(storage: torch.UntypedStorage) -> int:
-    """How many tensors and handles reference ``storage``."""
-    return torch._C._storage_Use_Count(storage._cdata)
 
 
 def held_elsewhere(storage: torch.UntypedStorage) -> bool:
