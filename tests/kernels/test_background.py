@@ -338,17 +338,24 @@ def test_no_core_is_set_aside_when_asked_for_none() -> None:
         assert torch.get_num_threads() == threads
 
 
-@torch.no_grad()
-def test_the_aten_replay_runs_the_capture_passes_and_the_worker_gets_the_graph_without() -> None:
-    def joined(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x.relu(), x.sigmoid()], dim=1) * 2
+def joined(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x.relu(), x.sigmoid()], dim=1) * 2
 
+
+def lowered_joined() -> tuple[object, object]:
+    """``joined`` compiled for the background tier and called once (never hot): its capture
+    manager, and the ``cat`` op ``remove_cat_ops`` takes out of a captured graph."""
     before = live_graph_numbers()
     fn = compiled(joined, background_compile_after=10**6)
     x = torch.randn(4, 8)
     torch.testing.assert_close(fn(x), joined(x))
     (manager,) = managers_since(before)
-    cat = torch.ops.aten.cat.default
+    return manager, torch.ops.aten.cat.default
+
+
+@torch.no_grad()
+def test_the_aten_replay_runs_the_capture_passes_and_the_worker_gets_the_graph_without() -> None:
+    manager, cat = lowered_joined()
     assert not manager.fn.graph.find_nodes(op="call_function", target=cat)  # remove_cat_ops
     assert manager.programs.background.gm.graph.find_nodes(op="call_function", target=cat)
 
@@ -397,15 +404,7 @@ def test_lowerings_called_differently_leave_the_one_for_inductor_serving_both(
 ) -> None:
     import npugraph_ex.compiler
 
-    def joined(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x.relu(), x.sigmoid()], dim=1) * 2
-
     monkeypatch.setattr(npugraph_ex.compiler, "same_calls", lambda a, b: False)
-    before = live_graph_numbers()
-    fn = compiled(joined, background_compile_after=10**6)
-    x = torch.randn(4, 8)
-    torch.testing.assert_close(fn(x), joined(x))
-    (manager,) = managers_since(before)
-    cat = torch.ops.aten.cat.default
+    manager, cat = lowered_joined()
     assert manager.fn.graph.find_nodes(op="call_function", target=cat)  # no remove_cat_ops
     assert manager.programs.background.gm is manager.fn
