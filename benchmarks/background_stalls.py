@@ -1,22 +1,24 @@
-"""Do calls stall while a background compile runs, and where?
+"""Do calls stall while a key moves to compiled kernels, and where?
 
-A decode loop (tiny Qwen3, ``StaticCache``, one key) with ``static_kernel_compile="background"``,
-from a cold Inductor cache (a fresh ``TORCHINDUCTOR_CACHE_DIR``, so the worker really compiles),
-timing every call and labelling it by what ran beside it:
+A model with ``static_kernel_compile="background"``, from a cold Inductor cache (a fresh
+``TORCHINDUCTOR_CACHE_DIR``, so the compile process really compiles), timing every call and
+labelling it by what its key was doing when the call began:
 
-    aten       the key replays ATen, no compile yet
-    compiling  the worker process compiles
-    loading    the serving process loads the result (the first load in a process probes the
-               compiler: about a second)
+    not hot    the key replays ATen, not yet hot
+    compiling  the compile process compiles (or the key is queued behind another compile)
+    load       the call after the reply came: the serving thread loads the kernels after its replay
+    warming    the kernels' first run on copies, in a thread
+    swap       the kernels' capture and the ATen replay on the same inputs, compared
     trial      both forms timed on real calls
     settled    the form the key kept, the seconds after it settled
 
-beside the same loop with the default replay and no compile, as long, for the host's own jitter.
-"Over 2x" counts the calls slower than twice the default replay's median. Each setting of
-``background_cores`` runs in a fresh process of its own (``--cores 1,0``: the worker on its own
-core, and sharing every core), one after the other.
+beside the same loop with the ATen replay and no compile (``static_kernel_compile=False``), as
+long, for the host's own jitter. "Over bound" counts the calls slower than twice that loop's
+median plus 1 ms. Workloads (``--workload``): ``token``, the tiny Qwen3's one-token forward
+without a KV cache (``dynamic=False``), and ``decode``, its KV-cache decode step. Each setting of
+``background_cores`` runs in a fresh process of its own (``--cores 1,0``).
 
-    python benchmarks/background_stalls.py
+    python benchmarks/background_stalls.py --workload token
 """
 
 from __future__ import annotations
@@ -32,64 +34,96 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("aten", "compiling", "loading", "trial", "settled", "no compile")
+PHASES = ("not hot", "compiling", "load", "warming", "swap", "trial", "settled", "no compile")
 
 
-def measure(cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any]:
-    """In this process: every call's seconds by phase, then the reference loop's."""
+def phase_of(graph: Any) -> str:
+    """What the key of ``graph`` (a ``TieredGraph``) is doing as a call begins."""
+    from npugraph_ex.capture.tiers import KeyState
+    from npugraph_ex.kernels.tier import CompileState
+
+    if graph.state is KeyState.NOT_HOT:
+        return "not hot"
+    if graph.state is KeyState.QUEUED:
+        return "compiling"
+    if graph.state is KeyState.PENDING:
+        return {
+            CompileState.COMPILING: "compiling",
+            CompileState.RECEIVED: "load",
+            CompileState.WARMING: "warming",
+        }.get(graph.compile.state, "swap")
+    return "trial" if graph.state is KeyState.TRIAL else "settled"
+
+
+def workload_calls(workload: str, options: dict[str, Any]) -> Any:
+    """A compiled function of the tiny Qwen3 and a function making each call: ``one(fn)`` runs
+    one call, returning nothing."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from npugraph_ex.bench.decode import Decode
-    from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
     from npugraph_ex.bench.presets import qwen3_config
-    from npugraph_ex.kernels.workers import WORKERS
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()
-    workload = Decode(model, 32, 64, "cpu", lambda: None)
+    if workload == "token":
+        ids = torch.randint(0, model.config.vocab_size, (1, 1))
+
+        def forward(ids: torch.Tensor) -> torch.Tensor:
+            return model(ids, use_cache=False).logits
+
+        fn = torch.compile(forward, backend="npugraph_ex", dynamic=False, options=options)
+        return lambda: fn(ids)
+    decode = Decode(model, 32, 64, "cpu", lambda: None)
+    fn = torch.compile(decode.step(), backend="npugraph_ex", dynamic=False, options=options)
+    run = decode.bind(fn)
+    run.first(lambda: None)
+    positions = iter(())
+
+    def step() -> None:
+        nonlocal positions
+        position = next(positions, None)
+        if position is None:
+            run.cache.reset()
+            positions = iter(run.positions)
+            position = next(positions)
+        fn(run.start_ids, position, run.cache)
+
+    return step
+
+
+def measure(workload: str, cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any]:
+    """In this process: every call's seconds by phase, then the reference loop's."""
+    import torch
+
+    from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+
     options = {"static_kernel_compile": "background", "background_cores": cores}
     times: dict[str, list[float]] = {phase: [] for phase in PHASES}
-
-    def phase_of(state: str) -> str:
-        if state == "aten":
-            return "aten"
-        if state == "pending":
-            compiling = any(w.future is not None for w in WORKERS.workers)
-            return "compiling" if compiling else "loading"
-        return "trial" if state == "trial" else "settled"
-
     before = live_graph_numbers()
-    fn = torch.compile(workload.step(), backend="npugraph_ex", dynamic=False, options=options)
-    run = workload.bind(fn)
-    started, settled_at = time.perf_counter(), None
     with torch.no_grad():
-        run.first(lambda: None)
+        call = workload_calls(workload, options)
+        call()
         (manager,) = managers_since(before)
         (key,) = manager.entries.values()
+        started, settled_at = time.perf_counter(), None
         while time.perf_counter() - started < limit_s:
-            run.cache.reset()
-            for position in run.positions:
-                phase = phase_of(key.graph.state)
-                call_start = time.perf_counter()
-                fn(run.start_ids, position, run.cache)
-                times[phase].append(time.perf_counter() - call_start)
+            phase = phase_of(key.graph)
+            call_start = time.perf_counter()
+            call()
+            times[phase].append(time.perf_counter() - call_start)
             if settled_at is None and key.graph.settled:
                 settled_at = time.perf_counter()
             if settled_at is not None and time.perf_counter() - settled_at > settled_seconds:
                 break
-        state = key.graph.state
-        reference = torch.compile(workload.step(), backend="npugraph_ex", dynamic=False)
-        again = workload.bind(reference)
-        again.first(lambda: None)
-        calls = sum(len(times[p]) for p in ("compiling", "loading"))
-        while len(times["no compile"]) < max(calls, 1000):
-            again.cache.reset()
-            for position in again.positions:
-                call_start = time.perf_counter()
-                reference(again.start_ids, position, again.cache)
-                times["no compile"].append(time.perf_counter() - call_start)
-    return {"cores": cores, "state": state, "times": times}
+        state = key.graph.reason
+        reference = workload_calls(workload, {"static_kernel_compile": False})
+        reference()
+        while len(times["no compile"]) < max(sum(len(t) for t in times.values()), 1000):
+            call_start = time.perf_counter()
+            reference()
+            times["no compile"].append(time.perf_counter() - call_start)
+    return {"workload": workload, "cores": cores, "state": state, "times": times}
 
 
 def summary(result: dict[str, Any]) -> list[list[Any]]:
@@ -102,23 +136,24 @@ def summary(result: dict[str, Any]) -> list[list[Any]]:
             continue
         rows.append(
             [
+                result["workload"],
                 result["cores"],
                 phase,
                 len(values),
                 f"{statistics.median(values) * 1e3:.3f}",
                 f"{values[int(0.99 * (len(values) - 1))] * 1e3:.2f}",
                 f"{values[-1] * 1e3:.2f}",
-                sum(v > 2 * median_replay for v in values),
+                sum(v > 2 * median_replay + 1e-3 for v in values),
             ]
         )
     return rows
 
 
-def child(cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any]:
+def child(workload: str, cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any]:
     """``measure`` in a fresh process with a fresh Inductor cache folder."""
     with tempfile.TemporaryDirectory(prefix="npugraph_ex_stalls_") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        command = [sys.executable, __file__, "--one", str(cores)]
+        command = [sys.executable, __file__, "--one", str(cores), "--workload", workload]
         command += ["--settled-seconds", str(settled_seconds), "--limit-s", str(limit_s)]
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -126,22 +161,27 @@ def child(cores: int, settled_seconds: float, limit_s: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cores", default="1,0", help="background_cores settings, in turn")
+    parser.add_argument("--workload", default="token,decode", help="token and/or decode")
+    parser.add_argument("--cores", default="1", help="background_cores settings, in turn")
     parser.add_argument("--settled-seconds", type=float, default=5.0)
     parser.add_argument("--limit-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("bench-results/background_stalls.json"))
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.one, args.settled_seconds, args.limit_s)))
+        print(json.dumps(measure(args.workload, args.one, args.settled_seconds, args.limit_s)))
         return
     from common import environment, environment_line, format_table, write_json
 
-    results = [child(int(c), args.settled_seconds, args.limit_s) for c in args.cores.split(",")]
-    headers = ["cores", "phase", "calls", "median ms", "p99 ms", "max ms", "over 2x"]
+    results = [
+        child(workload, int(c), args.settled_seconds, args.limit_s)
+        for workload in args.workload.split(",")
+        for c in args.cores.split(",")
+    ]
+    headers = ["workload", "cores", "phase", "calls", "median ms", "p99 ms", "max ms", "over bound"]
     print(format_table(headers, [row for result in results for row in summary(result)]))
     for result in results:
-        print(f"background_cores={result['cores']}: the key kept {result['state']}")
+        print(f"{result['workload']}, background_cores={result['cores']}: {result['state']}")
     print(environment_line(environment()))
     write_json(args.out, "background_stalls", vars(args), results)
 

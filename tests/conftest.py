@@ -10,6 +10,7 @@ import torch
 
 import npugraph_ex
 from models import make_tiny_qwen3
+from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.passes.patterns import register_builtin_patterns, register_for, registry
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 
@@ -35,6 +36,14 @@ def reset_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
     torch._dynamo.reset()
     npugraph_ex.reset_stats()
     monkeypatch.setattr(cpu_platform, "LINEAR_ROW_COUNTS", set())
+
+
+@pytest.fixture(autouse=True)
+def no_compile_left_running() -> Iterator[None]:
+    """A kernel-tier compile an earlier test started (the CPU default compiles hot keys in a
+    second process) must not take this test's cores or its place in the queue."""
+    yield
+    PROCESSES.shutdown()
 
 
 @pytest.fixture

@@ -39,17 +39,26 @@ def intra_op_threads(count: int) -> Iterator[None]:
 
 class GraphRecorder:
     """A ``post_grad_custom_pre_pass`` / ``post_grad_custom_post_pass`` that keeps every graph it
-    is given (the graph itself: later passes go on changing it)."""
+    is given (the graph itself: later passes go on changing it), but for the second lowering the
+    kernel tier makes for Inductor (its config says ``"background"``; the replay's says False):
+    the graphs kept are those the ATen replay runs."""
 
     def __init__(self) -> None:
         self.graphs: list[torch.fx.GraphModule] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
-        self.graphs.append(gm)
+        if config.static_kernel_compile != "background":
+            self.graphs.append(gm)
 
     def only(self) -> torch.fx.Graph:
         (gm,) = self.graphs
         return gm.graph
+
+
+def aten_graph(entry: Any) -> Any:
+    """The ATen replay's graph of a captured key: the key's graph, or on the kernel tier (the
+    CPU default) the ATen form it starts on."""
+    return getattr(entry.graph, "aten", entry.graph)
 
 
 def kernels_per_replay() -> int:

@@ -745,7 +745,9 @@ def test_a_custom_pass_reads_the_config_as_torchair_passes_it() -> None:
     compiled = torch.compile(double, backend=backend, options={"capture_limit": 5})
     with torch.no_grad():
         assert torch.equal(compiled(torch.ones(3)), double(torch.ones(3)))
-    assert reader.reads == [
+    # Once per lowering: on CPU the kernel tier lowers the graph for Inductor too.
+    assert reader.reads and reader.reads == [reader.reads[0]] * len(reader.reads)
+    assert reader.reads[:1] == [
         {
             "type": "CompilerConfig",
             "mode": "npugraph_ex",

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from helpers import counts, graphs_called
-from npugraph_ex.kernels.workers import WORKERS
+from npugraph_ex.kernels.processes import PROCESSES
 from zoo_checks import Check, Settling, forward_inputs, time_replays
 from zoo_models import ZooModel
 
@@ -68,7 +68,7 @@ def check_background(entry: ZooModel, timed: int = 0) -> Check:
             break
         time.sleep(PAUSE_SECONDS)
     if not settling.settled:
-        WORKERS.shutdown()  # a compile still running would share the next check's cores
+        PROCESSES.shutdown()  # a compile still running would share the next check's cores
         return Check(got, expected, per_call, settling=settling)
     seconds = time_replays(model, compiled_model, call, timed) if timed else None
     return Check(got, expected, per_call, seconds, settling)

@@ -15,7 +15,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from npugraph_ex.capture.analysis import GraphFacts, analyse_graph, mutated_inputs
+from npugraph_ex.capture.analysis import (
+    GraphFacts,
+    analyse_graph,
+    graph_device_type,
+    mutated_inputs,
+)
 from npugraph_ex.capture.deadlock import check_collective_order
 from npugraph_ex.capture.dumping import DumpedCalls
 from npugraph_ex.capture.key_shapes import KeySpecialiser, RowPlan
@@ -25,9 +30,9 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.kernels.background import BackgroundKernels, KernelStore
 from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.kernels.symbolic import SymbolicSpec, symbolic_specs
+from npugraph_ex.kernels.tier import KernelStore, KernelTier
 from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS, DEFER_CAPTURE_PATTERNS
 from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
@@ -198,6 +203,7 @@ def compile_graph(
     """Lower an AOT inference graph and wrap it in a capture manager; ``on_lowered`` sees the
     graph after the passes and the callable built from it."""
     name = graph_name()
+    config = with_kernel_tier(config, graph_device_type(gm, example_inputs))
     with compile_log(debug_folder(config, name)):
         log.debug("%s: compiling %d nodes with %s", name, len(gm.graph.nodes), config)
         lowered = lower_graph(gm, example_inputs, config, name)
@@ -205,6 +211,16 @@ def compile_graph(
     if on_lowered is not None:
         on_lowered(lowered, call)
     return call
+
+
+def with_kernel_tier(config: Config, device_type: str) -> Config:
+    """``config`` with ``static_kernel_compile`` decided: the user's, or where unset, what the
+    device's platform answers (``Platform.kernel_tier``), and the ATen replay where tensors are
+    dumped (a dump reads the replay's kernels node by node)."""
+    if config.static_kernel_compile is not None:
+        return config
+    tier = False if config.dump_tensor_data else platform_for(device_type).kernel_tier()
+    return dataclasses.replace(config, static_kernel_compile=tier)
 
 
 def key_specialiser(lowered: LoweredGraph) -> KeySpecialiser | None:
@@ -226,6 +242,7 @@ def build_graph_callable(
     """A capture manager for a lowered graph on its device's runtime, with the host ints'
     arithmetic around it; background kernels its keys keep go to ``kernel_store``."""
     gm, facts = lowered.gm, lowered.facts
+    config = with_kernel_tier(config, facts.device_type)
     if config.deadlock_check:
         check_collective_order(gm, lowered.name)
     runtime = runtime_for(facts.device_type)
@@ -233,7 +250,7 @@ def build_graph_callable(
     tier = config.static_kernel_compile
     kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
     background = (
-        BackgroundKernels(
+        KernelTier(
             lowered.kernels_gm if lowered.kernels_gm is not None else gm,
             facts.device_type,
             config,

@@ -102,10 +102,13 @@ class Config:
     """Eager runs before each capture, inside the capturing call, so that lazily initialised
     library state exists; the writes they make to inputs are undone before capture."""
 
-    static_kernel_compile: bool | str = checked_field(False, check_kernel_tier)
+    static_kernel_compile: bool | str | None = checked_field(None, check_kernel_tier)
     """Compile kernels for the static shapes of a captured graph: True, before its first replay;
-    ``"background"``, once the key is hot, in a worker process, swapped in at a call boundary and
-    kept only where faster (``kernels/background.py``); False, never."""
+    ``"background"``, once the key is hot, in a compile process, swapped in at a call boundary,
+    checked against the ATen replay and kept only where faster (``kernels/tier.py``,
+    ``capture/tiers.py``); False, never (the ATen replay, bit for bit eager). None, the default:
+    what the device's platform answers (``Platform.kernel_tier``): ``"background"`` on CPU,
+    False on CUDA and NPU, and False wherever ``dump_tensor_data`` is on."""
 
     background_compile_after: int = checked_field(8, check_int(1))
     """With ``static_kernel_compile="background"``: replays of a key before its kernels are

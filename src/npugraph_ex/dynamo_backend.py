@@ -17,7 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from npugraph_ex.compiler import LoweredGraph, compile_eagerly, compile_graph
 from npugraph_ex.config import Config
-from npugraph_ex.kernels.background import KernelStore
+from npugraph_ex.kernels.tier import KernelStore
 from npugraph_ex.model_floats import specialise_model_floats
 
 

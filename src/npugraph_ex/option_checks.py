@@ -35,9 +35,9 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
-def check_kernel_tier(name: str, value: Any) -> bool | str:
-    allowed = "True, False or 'background'"
-    if value == "background" or isinstance(value, bool):
+def check_kernel_tier(name: str, value: Any) -> bool | str | None:
+    allowed = "True, False, 'background' or None (the device's default)"
+    if value is None or value == "background" or isinstance(value, bool):
         return value
     fail(name, allowed, value, ConfigError if isinstance(value, str) else ConfigTypeError)
 

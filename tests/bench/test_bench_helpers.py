@@ -23,7 +23,7 @@ from npugraph_ex.bench.workload import Generation, agreement
 
 def test_eager_always_runs_first_and_peers_depend_on_the_device() -> None:
     assert selection("growing", "cpu", None, peers=False) == [
-        "eager", "npugraph_ex", "npugraph_ex+cache_compile",
+        "eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+cache_compile",
     ]  # fmt: skip
     assert selection("decode", "cpu", ["npugraph_ex"], peers=False) == ["eager", "npugraph_ex"]
     cpu = selection("decode", "cpu", None, peers=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import intra_op_threads
+from helpers import aten_graph, intra_op_threads
 from models import make_tiny_qwen3
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.bench.presets import QWEN3_PRESETS
@@ -41,7 +41,7 @@ def ops_by_key(before: set[int]) -> dict[str, set[str]]:
     """The ATen ops each captured key replays (their ``out=`` overloads), by key label, over the
     graphs made since."""
     return {
-        entry.label: set(entry.graph.step_names)
+        entry.label: set(aten_graph(entry).step_names)
         for manager in managers_since(before)
         for entry in manager.entries.values()
     }

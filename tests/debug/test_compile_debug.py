@@ -31,7 +31,8 @@ def compile_and_call(options: dict | None = None) -> None:
 def expected_files() -> list[str]:
     passes = [p.name for p in PassManager(PIPELINE, Config()).selected()]
     dumps = [f"{i:02d}_after_{name}.py" for i, name in enumerate(passes, start=1)]
-    return sorted(["00_input.py", *dumps, "captured.py", "debug.log", "key0.json"])
+    # "kernels": the graph lowered again for the kernel tier (the CPU default), its own dumps.
+    return sorted(["00_input.py", *dumps, "captured.py", "debug.log", "key0.json", "kernels"])
 
 
 def test_torch_compile_debug_writes_into_torchs_run_folder(
@@ -85,3 +86,6 @@ def test_debug_dump_dir_wins_and_nothing_is_written_without_either(
     compile_and_call({"debug_dump_dir": str(tmp_path / "mine")})
     [folder] = (tmp_path / "mine").iterdir()
     assert sorted(p.name for p in folder.iterdir()) == expected_files()
+    assert any(
+        p.name.endswith("_after_dead_code_elimination.py") for p in (folder / "kernels").iterdir()
+    )

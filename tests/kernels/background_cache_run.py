@@ -73,12 +73,12 @@ def main() -> None:
                 calls += 1
             (manager,) = managers_since(before)
             states = manager.stats.summary()["background"]
-            if not {"aten", "pending", "trial"} & set(states):
+            if not {"aten", "queued", "pending", "trial"} & set(states):
                 break
             time.sleep(0.01)
     report = {
         "states": states,
-        "compiles": manager.programs.background.compiles,
+        "compiles": manager.programs.background.sent,
         "calls": calls,
         "trial_calls": sum(
             len(times) for e in manager.entries.values() for times in e.graph.times.values()

@@ -20,7 +20,7 @@ import torch
 from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
-from npugraph_ex.kernels.workers import WORKERS
+from npugraph_ex.kernels.processes import PROCESSES
 
 SETTLE_SECONDS = 120
 
@@ -43,7 +43,7 @@ def compiling_in_a_new_worker(model: torch.nn.Module) -> Callable[..., torch.Ten
     fn = compiled(model, background_compile_after=1)
     x = torch.randn(4, 32)
     fn(x)
-    WORKERS.shutdown()
+    PROCESSES.shutdown()
     fn(x)  # hot: the compile starts
     return fn
 
@@ -64,7 +64,7 @@ def call_until_settled(
         x = torch.randn(4, 32, device=device)
         torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
         calls += 1
-        if not {"aten", "pending", "trial"} & set(tiers()):
+        if not {"aten", "queued", "pending", "trial"} & set(tiers()):
             return calls
         time.sleep(0.01)
     raise AssertionError(f"no decision after {SETTLE_SECONDS} s: {tiers()}")
@@ -122,7 +122,7 @@ def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
     model = mlp()
     fn = compiling_in_a_new_worker(model)
     assert tiers() == {"pending": 1}
-    WORKERS.shutdown()  # kills the worker mid-compile
+    PROCESSES.shutdown()  # kills the worker mid-compile
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
         call_until_settled(fn, model)
         call_until_settled(fn, model)
@@ -161,9 +161,9 @@ fn = torch.compile(model, backend="npugraph_ex",
 with torch.no_grad():
     for _ in range(3):
         fn(torch.randn(4, 32))
-from npugraph_ex.kernels.workers import WORKERS
+from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
-print(*[w.process.pid for w in WORKERS.workers])
+print(*[p.process.pid for p in PROCESSES.processes])
 """
 
 
@@ -207,7 +207,7 @@ def test_a_key_captured_again_reuses_its_kernels() -> None:
     assert graph["recaptures"] == {"mutated input moved": 1}
     assert graph["background"] == {"kernels": 1}
     (manager,) = managers_since(before)
-    assert manager.programs.background.compiles == 1
+    assert manager.programs.background.sent == 1
 
 
 @torch.no_grad()
@@ -221,12 +221,12 @@ def test_one_symbolic_compile_serves_every_key_of_a_dynamic_graph() -> None:
         for n in rows:
             x = torch.randn(n, 32)
             torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
-        if not {"aten", "pending", "trial"} & set(tiers()):
+        if not {"aten", "queued", "pending", "trial"} & set(tiers()):
             break
         time.sleep(0.01)
     assert tiers() == {"kernels": len(rows)}
     (manager,) = managers_since(before)
-    assert manager.programs.background.compiles == 1  # not one per key
+    assert manager.programs.background.sent == 1  # not one per key
     (graph,) = graphs_called()
     assert graph["captures"] == len(rows) and graph["eager_calls"] == {}
 
@@ -249,25 +249,25 @@ def test_a_failed_symbolic_compile_leaves_each_key_a_compile_of_its_own(
             for n in (3, 4):
                 x = torch.randn(n, 32)
                 torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
-            if not {"aten", "pending", "trial"} & set(tiers()):
+            if not {"aten", "queued", "pending", "trial"} & set(tiers()):
                 break
             time.sleep(0.01)
     assert tiers() == {"kernels": 2}
-    assert background.compiles == 3  # the failed shared one, then one per key
+    assert background.sent == 3  # the failed shared one, then one per key
     assert any("keys compile one by one" in r.getMessage() for r in caplog.records)
 
 
 def test_a_symbolic_compile_returns_the_guards_its_keys_must_pass() -> None:
     from npugraph_ex.kernels.graph_bytes import pickle_graph
+    from npugraph_ex.kernels.remote_compile import compile_in_worker, input_specs
     from npugraph_ex.kernels.symbolic import guards_hold, symbolic_specs
-    from npugraph_ex.kernels.workers import compile_in_worker, input_specs
 
     gm, args = traced_dynamic_mlp()
     symbolic = symbolic_specs(gm)
     assert symbolic is not None
     assert [spec[0] for spec in symbolic] == ["symint", "tensor"] + ["static"] * 4
     assert symbolic[1][1] == (symbolic[0][1], 32)  # the rows are the int input's symbol
-    _, guards = compile_in_worker(pickle_graph(gm), input_specs(args), "cpu", True, symbolic)
+    _, guards, _ = compile_in_worker(pickle_graph(gm), input_specs(args), "cpu", True, symbolic)
     assert guards is not None and "L['t" in guards
     assert guards_hold(guards, args)
     assert not guards_hold("L['t0'] > 100", args)
@@ -320,14 +320,14 @@ def test_background_work_runs_on_its_own_core_and_replays_leave_it_free() -> Non
     model = mlp()
     fn = compiling_in_a_new_worker(model)
     traced = counters["stats"]["unique_graphs"]
-    assert WORKERS.in_flight == 1
-    (worker,) = [w for w in WORKERS.workers if w.alive]
+    assert PROCESSES.in_flight == 1
+    (worker,) = [p for p in PROCESSES.processes if p.alive]
     assert os.sched_getaffinity(worker.process.pid) == {cores[-1]}
     with serving_threads(1):
         assert torch.get_num_threads() == min(threads, len(cores) - 1)
     assert torch.get_num_threads() == threads
     call_until_settled(fn, model)
-    assert WORKERS.in_flight == 0 and torch.get_num_threads() == threads
+    assert PROCESSES.in_flight == 0 and torch.get_num_threads() == threads
     assert counters["stats"]["unique_graphs"] == traced  # no compile again for the count
 
 
@@ -380,21 +380,21 @@ def test_both_lowerings_share_the_passes_before_they_part() -> None:
 
 @torch.no_grad()
 def test_a_graph_that_cannot_be_sent_leaves_the_aten_replay_and_frees_the_cores(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from npugraph_ex.kernels.background import BackgroundKernels
-
-    def unpicklable(self: BackgroundKernels) -> bytes:
-        raise TypeError("cannot pickle 'generator' object")
-
-    monkeypatch.setattr(BackgroundKernels, "graph_bytes", unpicklable)
     model = mlp()
+    before = live_graph_numbers()
     fn = compiled(model, background_compile_after=1)
+    x = torch.randn(4, 32)
+    fn(x)  # the first capture makes the graph's bytes; here, as if they could not be made
+    (manager,) = managers_since(before)
+    tier = manager.programs.background
+    tier.graph, tier.unsendable = None, "the graph cannot be sent: TypeError: cannot pickle"
     threads = torch.get_num_threads()
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
         call_until_settled(fn, model)
     assert tiers() == {"aten kept: failed": 1}
-    assert WORKERS.in_flight == 0 and torch.get_num_threads() == threads
+    assert PROCESSES.in_flight == 0 and torch.get_num_threads() == threads
     assert any("cannot pickle" in r.getMessage() for r in caplog.records)
 
 

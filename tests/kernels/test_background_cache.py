@@ -69,7 +69,7 @@ def test_a_corrupt_kernel_file_is_compiled_again_with_one_warning(tmp_path: Path
 def test_stored_kernels_that_do_not_load_are_compiled_again(tmp_path: Path) -> None:
     from npugraph_ex.cache.files import read_entry
     from npugraph_ex.cache.kernel_files import KernelFiles
-    from npugraph_ex.kernels.background import StoredKernels
+    from npugraph_ex.kernels.tier import StoredKernels
 
     flags = ("--rows", "3,5", "--dynamic")
     run_fresh(tmp_path, *flags)

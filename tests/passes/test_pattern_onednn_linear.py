@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from helpers import intra_op_threads
+from helpers import aten_graph, intra_op_threads
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
@@ -132,7 +132,7 @@ def test_replays_match_eager_and_read_a_weight_changed_in_place(pays) -> None:
 def ops_by_rows(before: set[int]) -> dict[int, set[str]]:
     """The ops each captured key replays, by the row count of its (one) input."""
     return {
-        int(entry.label.split("shapes=[")[1].split("x")[0]): set(entry.graph.step_names)
+        int(entry.label.split("shapes=[")[1].split("x")[0]): set(aten_graph(entry).step_names)
         for manager in managers_since(before)
         for entry in manager.entries.values()
     }

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-UNSETTLED = ("aten", "pending", "trial")
+UNSETTLED = ("aten", "queued", "pending", "trial")
 """States that may still change: npugraph_ex's key states (``stats()[...]["background"]``), and
 ``pending`` for a graph compiling in a subprocess."""
 

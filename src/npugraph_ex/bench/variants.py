@@ -90,7 +90,13 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant("eager"),
-        Variant("npugraph_ex", backend="npugraph_ex", captures=True),
+        Variant("npugraph_ex", backend="npugraph_ex", captures=True, settles=True),
+        Variant(
+            "npugraph_ex+aten",
+            backend="npugraph_ex",
+            options={"static_kernel_compile": False},
+            captures=True,
+        ),
         Variant(
             "npugraph_ex+static_kernels",
             backend="npugraph_ex",
@@ -104,7 +110,13 @@ VARIANTS: dict[str, Variant] = {
             captures=True,
             settles=True,
         ),
-        Variant("npugraph_ex+cache_compile", backend="npugraph_ex", captures=True, cached=True),
+        Variant(
+            "npugraph_ex+cache_compile",
+            backend="npugraph_ex",
+            captures=True,
+            cached=True,
+            settles=True,
+        ),
         Variant(
             "npugraph_ex+static_kernels+cache_compile",
             backend="npugraph_ex",
@@ -133,9 +145,9 @@ CACHED = tuple(name for name, variant in VARIANTS.items() if variant.cached)
 """The variants compiled through ``cache_compile``: the call as a served model makes it."""
 
 DEFAULTS: dict[str, tuple[str, ...]] = {
-    "growing": ("eager", "npugraph_ex", "npugraph_ex+cache_compile"),
-    "decode": ("eager", "npugraph_ex", "npugraph_ex+static_kernels", *CACHED),
-    "token": ("eager", "npugraph_ex", "npugraph_ex+static_kernels", *CACHED),
+    "growing": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+cache_compile"),
+    "decode": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+static_kernels", *CACHED),
+    "token": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+static_kernels", *CACHED),
 }
 """What each workload runs without ``--variants``."""
 

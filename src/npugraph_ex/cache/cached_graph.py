@@ -24,8 +24,8 @@ from npugraph_ex.cache.graph_record import INPUT_NAME, GraphRecord, referenced_i
 from npugraph_ex.compiler import LoweredGraph, build_graph_callable
 from npugraph_ex.config import Config
 from npugraph_ex.errors import NpuGraphExError
-from npugraph_ex.kernels.background import KernelStore
 from npugraph_ex.kernels.graph_bytes import load_graph
+from npugraph_ex.kernels.tier import KernelStore
 
 
 class Misfit(NpuGraphExError):

@@ -6,7 +6,7 @@ Beside a method's entry, one checked file (``files``) per compile a key kept:
     <entry folder>/kernels/<graph id[:16]>-shared.kernels        the symbolic compile of a graph
     <entry folder>/kernels/<graph id[:16]>-<layout[:16]>.kernels  a compile for one key's sizes
 
-The graph id is a digest of the graph's code (``BackgroundKernels.graph_id``); the entry's key
+The graph id is a digest of the graph's code (``kernels.tier.graph_id``); the entry's key
 already holds the versions, options and sources the graph came from. A file that cannot be read
 (corrupt, not private, another format) is reported once and the graph compiles again; one whose
 kernels fail to load does the same (``tiers``).
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.kernels.background import StoredKernels
+from npugraph_ex.kernels.tier import StoredKernels
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ SUFFIX = ".kernels"
 
 
 class KernelFiles:
-    """The stored kernels of one cached method (``kernels.background.KernelStore``)."""
+    """The stored kernels of one cached method (``kernels.tier.KernelStore``)."""
 
     def __init__(self, folder: Path):
         self.folder = folder

@@ -187,7 +187,7 @@ class CachedMethod:
     def kernel_store(self) -> KernelFiles | None:
         """Where background kernels go beside the entry (``kernel_files``), where there are
         any."""
-        if self.config.static_kernel_compile != "background" or self.key is None:
+        if self.config.static_kernel_compile not in ("background", None) or self.key is None:
             return None
         return KernelFiles(self.key.path.parent / "kernels")
 

@@ -173,19 +173,36 @@ def find_blocker(
     return None
 
 
+def input_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[Any]:
+    """The graph's inputs: each placeholder's fake value, or its example where it has none."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    return [
+        example if (value := fake_value(node)) is None else value
+        for node, example in zip(placeholders, example_inputs, strict=False)
+    ] or list(example_inputs)
+
+
+def accelerators_of(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
+    """The device types other than the CPU that the graph's values live on, sorted."""
+    devices = graph_devices(input_values(gm, example_inputs)) | graph_devices(
+        fake_value(node) for node in gm.graph.nodes if node.op == "call_function"
+    )
+    return sorted({device.type for device in devices if device.type != "cpu"})
+
+
+def graph_device_type(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """The device type the graph runs on: its accelerator's, else the CPU's."""
+    accelerators = accelerators_of(gm, example_inputs)
+    return accelerators[0] if accelerators else "cpu"
+
+
 def analyse_graph(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_indices: Iterable[int]
 ) -> GraphFacts:
     """Read the facts the capture manager needs from an optimised ATen graph."""
     placeholders = gm.graph.find_nodes(op="placeholder")
-    values = [
-        example if (value := fake_value(node)) is None else value
-        for node, example in zip(placeholders, example_inputs, strict=False)
-    ] or list(example_inputs)
-    devices = graph_devices(values) | graph_devices(
-        fake_value(node) for node in gm.graph.nodes if node.op == "call_function"
-    )
-    accelerators = sorted({device.type for device in devices if device.type != "cpu"})
+    values = input_values(gm, example_inputs)
+    accelerators = accelerators_of(gm, example_inputs)
     device_type = accelerators[0] if accelerators else "cpu"
     blocker = None
     if len(accelerators) > 1:

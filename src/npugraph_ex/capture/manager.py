@@ -168,7 +168,8 @@ class CaptureManager:
             self.captures_made += 1
             capture_again = functools.partial(self.capture_staged, staged, pool)
             kept = self.layout.static
-            graph = self.programs.tiered(captured.graph, capture_again, staged.args, kept)
+            written = self.layout.mutated
+            graph = self.programs.tiered(captured.graph, capture_again, staged.args, kept, written)
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))

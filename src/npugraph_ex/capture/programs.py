@@ -23,7 +23,7 @@ from npugraph_ex.capture.tiers import TieredGraph
 from npugraph_ex.config import Config
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
-from npugraph_ex.kernels.background import BackgroundKernels
+from npugraph_ex.kernels.tier import KernelTier
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class KeyPrograms:
         kernels: Any = None,
         specialiser: Any = None,
         watched: bool = False,
-        background: BackgroundKernels | None = None,
+        background: KernelTier | None = None,
     ):
         self.fn = fn
         self.name = name
@@ -121,12 +121,16 @@ class KeyPrograms:
         capture: Callable[[Program], Capture],
         args: Sequence[Any],
         kept: Sequence[int],
+        written: Sequence[int],
     ) -> CapturedGraph:
         """A new key's graph: with background compiles, one that swaps in compiled kernels once
-        they are ready and faster (``tiers``); else ``graph`` itself."""
+        they are ready, agree with it and are faster (``tiers``); else ``graph`` itself."""
         if self.background is None:
             return graph
-        return TieredGraph(graph, self.background, capture, args, kept, self.name, self.number)
+        self.background.prepare()
+        return TieredGraph(
+            graph, self.background, capture, args, kept, written, self.name, self.number
+        )
 
     def reset_counts(self) -> None:
         for counter in self.counts.values():

@@ -33,7 +33,8 @@ class GraphStats:
     pool), ``pools`` (bytes held by each pool its keys draw from, by pool identity), the
     ``static_kernels`` and ``key_specialisation`` outcomes of its keys' programs, and with
     background compiles (``background``) how many keys are in each state of ``tiers``:
-    ``aten``, ``pending``, ``trial``, ``kernels``, ``aten kept: <why>``."""
+    ``aten``, ``queued``, ``pending``, ``trial``, ``kernels``, ``aten kept: <why>``, and per key
+    (``kernel_tier``) where it stands and why it is not on kernels."""
     captures: int = 0
     """Keys captured (a recapture counts here too)."""
     recaptures: Counter = field(default_factory=Counter)
@@ -157,7 +158,10 @@ def reset_stats() -> None:
 def key_info(entry: Any) -> dict[str, Any]:
     """What ``stats()`` shows of a live key."""
     graph = entry.graph
-    return {"replays": entry.replays, "kernels": graph.kernel_count, "pool_bytes": graph.pool_bytes}
+    info = {"replays": entry.replays, "kernels": graph.kernel_count, "pool_bytes": graph.pool_bytes}
+    if isinstance(graph, TieredGraph):
+        info["kernel_tier"] = graph.reason
+    return info
 
 
 def live_view(manager: Any) -> Callable[[], dict[str, Any]]:
@@ -171,7 +175,7 @@ def live_view(manager: Any) -> Callable[[], dict[str, Any]]:
             return {}
         entries = held.entries.values()
         keys = {entry.label: key_info(entry) for entry in entries}
-        tiers = Counter(e.graph.state for e in entries if isinstance(e.graph, TieredGraph))
+        tiers = Counter(e.graph.state.value for e in entries if isinstance(e.graph, TieredGraph))
         counts = {**held.programs.counts, "background": tiers}
         return {"keys": keys, "pools": held.pool_bytes(), **counts}
 

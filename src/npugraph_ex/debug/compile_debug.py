@@ -32,14 +32,17 @@ from npugraph_ex.config import Config
 
 
 def debug_folder(config: Config, graph_name: str) -> Path | None:
-    """The folder of ``graph_name``'s debug files (made on first use), or None when off."""
+    """The folder of ``graph_name``'s debug files (made on first use), or None when off. A
+    graph's second lowering for the kernel tier (``<graph>.kernels``) goes in the graph's folder,
+    under ``kernels``."""
     if config.debug_dump_dir is not None:
         root = Path(config.debug_dump_dir)
     elif os.environ.get("TORCH_COMPILE_DEBUG", "0") == "1":
         root = torch_debug_run() / "npugraph_ex"
     else:
         return None
-    folder = root / graph_name.replace("/", "_")
+    graph, _, lowering = graph_name.partition(".")
+    folder = root / graph.replace("/", "_") / lowering
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -20,10 +20,12 @@ answer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -108,9 +110,21 @@ class Platform:
         they replace on this device (``passes/patterns/eager_attention``, ``rms_norm``)."""
         return frozenset()
 
-    def prepare_kernel_loading(self) -> None:
-        """What the first load of Inductor's compiled kernels for this device would do before
-        loading them, done ahead (``kernels/workers.Loading``, in a background thread)."""
+    def kernel_tier(self) -> bool | str:
+        """``static_kernel_compile`` where the user left it unset: False (the ATen replay) until
+        a device's benchmarks show a kernel tier paying there."""
+        return False
+
+    def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
+        """In a compile process, around a compile: the facts of this host the load of its
+        kernels in the serving process would otherwise find out itself (``prepare_kernel_
+        loading``), filled in when the block ends; none by default."""
+        return contextlib.nullcontext({})
+
+    def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
+        """In the serving process, before a load (``kernels/loading``): take the ``facts`` a
+        compile process sent, so that the first load in the process does not find them out
+        itself (on CPU, the vector-instruction probes: a second of Python calls)."""
 
     def warms_up(self, kind: str) -> bool:
         """Whether a capture of a program of ``kind`` (``Program.kind``) is preceded by the

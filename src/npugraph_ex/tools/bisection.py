@@ -204,7 +204,9 @@ def bisect(
     state it writes (a buffer, a cache) is not reset between trials, so pass such state in the
     arguments. Resets Dynamo (``torch._dynamo.reset()``) before each trial.
     """
-    options = dict(options or {})
+    # The layers up to the capture are the ATen replay's (the CPU default's tier swaps kernels
+    # in only after many calls); compiled kernels are the last trial, asked for by name.
+    options = {"static_kernel_compile": False, **(options or {})}
     Config.from_options(options)  # a bad option fails here, before any trial
     runner = Runner(fn, args, kwargs, rtol, atol)
     runner.reference = runner.call(fn)

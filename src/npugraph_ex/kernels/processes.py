@@ -1,0 +1,142 @@
+"""The compile processes of the kernel tier, and the threads that talk to them.
+
+A compile goes to a compile process (``worker_process``: a fresh interpreter) as one message made
+in the serving thread when the key turns hot (the graph's bytes were made at its first capture,
+``KernelTier.prepare``). A thread per compile writes it and waits for the reply: blocking reads
+and writes, which leave the interpreter lock to the serving thread. The reply's bytes are handed
+to the ``Compile`` record as they are; loading them is the serving thread's, at a call boundary
+(``kernels/loading``).
+
+    serving thread:   hot: message -> replay  replay  replay ... received? load -> ... swap
+    exchange thread:  write message ... read reply (blocked)  -> Compile.received
+    compile process:          trace, lower (seconds)  -> bytes
+
+At most ``background_compiles_in_flight`` compiles run at once, process-wide (``PROCESSES``, one
+compile process each). A compile process and its compiler run on the background cores
+(``cores``). Processes are killed when the serving process exits; one idle for
+``IDLE_SECONDS`` exits by itself, and one idle for half that is not given new work (it is
+stopped and a fresh one started), so no request meets a process on its way out. Compile
+processes inherit the serving process's environment, so its Inductor cache
+(``TORCHINDUCTOR_CACHE_DIR``): a later process compiling the same graph for the same sizes loads
+the kernels from disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from npugraph_ex.kernels.cores import background_cores, pin
+from npugraph_ex.kernels.messages import read_message, write_message
+
+IDLE_SECONDS = 60.0
+"""How long a compile process waits for a request before it exits."""
+
+
+class CompileProcess:
+    """One compile process and the compile it runs, if any."""
+
+    def __init__(self, cores: set[int]) -> None:
+        env = dict(os.environ)
+        if cores:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cores))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "npugraph_ex.kernels.worker_process", str(IDLE_SECONDS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        pin(self.process.pid, cores)
+        self.busy = False
+        self.idle_since = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def fresh(self) -> bool:
+        """Alive and idle for less than half ``IDLE_SECONDS``: safe to give a request."""
+        return self.alive and time.monotonic() - self.idle_since < IDLE_SECONDS / 2
+
+    def start(self, request: bytes, reply: Callable[[Any], None]) -> None:
+        """Send ``request`` from a thread of its own, which calls ``reply`` with the reply (or
+        None when the process died)."""
+        self.busy = True
+        thread = threading.Thread(
+            target=self.exchange, args=(request, reply), name="npugraph_ex-compile", daemon=True
+        )
+        thread.start()
+
+    def exchange(self, request: bytes, reply: Callable[[Any], None]) -> None:
+        try:
+            write_message(self.process.stdin, request)
+            answer = read_message(self.process.stdout)
+        except (OSError, ValueError):  # the process died, or was stopped, before it answered
+            answer = None
+        self.busy = False
+        self.idle_since = time.monotonic()
+        reply(answer)
+
+    def stop(self) -> None:
+        if self.alive:
+            self.process.kill()
+            self.process.wait()
+
+
+class CompileProcesses:
+    """The process-wide compile processes, one per compile in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.processes: list[CompileProcess] = []
+        self.in_flight = 0
+        """Compiles in a compile process, and loaded kernels in their first run: while any is,
+        replays of tiered keys leave the background cores to them (``cores``)."""
+
+    def submit(
+        self, limit: int, request: Callable[[], bytes], reply: Callable[[Any], None], cores: int
+    ) -> bool:
+        """Send the message ``request()`` makes (called only when a process is free) to a free
+        compile process, its reply to ``reply``; False while ``limit`` compiles are in flight.
+        A new process runs on the last ``cores`` cores (``cores``)."""
+        with self.lock:
+            for stale in [p for p in self.processes if not p.busy and not p.fresh]:
+                stale.stop()
+            self.processes = [p for p in self.processes if p.busy or p.fresh]
+            if self.in_flight >= limit:
+                return False
+            idle = [p for p in self.processes if not p.busy]
+            process = idle[0] if idle else CompileProcess(background_cores(cores))
+            if not idle:
+                self.processes.append(process)
+            self.in_flight += 1
+            process.start(request(), reply)
+        return True
+
+    def entered(self) -> None:
+        """Loaded kernels began their first run on the background cores (``tier``)."""
+        with self.lock:
+            self.in_flight += 1
+
+    def finished(self) -> None:
+        """A compile left flight: its reply came, its first run ended, or it failed."""
+        with self.lock:
+            self.in_flight -= 1
+
+    def shutdown(self) -> None:
+        with self.lock:
+            processes, self.processes = self.processes, []
+        for process in processes:
+            process.stop()
+
+
+PROCESSES = CompileProcesses()
+atexit.register(PROCESSES.shutdown)

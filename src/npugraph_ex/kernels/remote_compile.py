@@ -1,0 +1,63 @@
+"""What a compile process does with a request: the graph lowered by Inductor for the layouts of a
+key's inputs (or with its sizes left symbolic, ``symbolic``), sent back serialised."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from npugraph_ex.kernels.graph_bytes import load_graph
+from npugraph_ex.kernels.static_compile import lower
+from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
+from npugraph_ex.runtime.platform import platform_for
+
+InputSpec = tuple[Any, ...]
+"""A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
+
+
+def input_specs(args: Sequence[Any]) -> list[InputSpec]:
+    return [
+        ("tensor", tuple(a.shape), tuple(a.stride()), a.dtype, a.device.type)
+        if isinstance(a, torch.Tensor)
+        else ("value", a)
+        for a in args
+    ]
+
+
+def compile_in_worker(
+    graph: bytes,
+    specs: list[InputSpec],
+    device: str,
+    use_cache: bool,
+    symbolic: list[SymbolicSpec] | None = None,
+    threads: int = 0,
+) -> tuple[bytes, str | None, dict[Any, Any]]:
+    """In the compile process: the graph lowered for inputs like ``specs`` (with the sizes of
+    ``symbolic`` left symbolic, where given), as Inductor's compiled graph serialised for the
+    serving process; the guards of a symbolic compile; and the facts of the host its load needs
+    (``Platform.loading_facts``). ``threads``: the serving process's intra-op threads, which
+    Inductor's CPU kernels are written for (the compile process, pinned to fewer cores, would
+    count its own)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    with fake_mode:  # the inputs' layouts, without their memory
+        args = [
+            torch.empty_strided(spec[1], spec[2], dtype=spec[3], device=spec[4])
+            if spec[0] == "tensor"
+            else spec[1]
+            for spec in specs
+        ]
+    if symbolic is not None:
+        args = symbolic_inputs(symbolic, args, fake_mode)
+    with platform_for(device).loading_facts() as facts:
+        compiled = lower(load_graph(graph), args, device, use_cache, fake_mode)
+    guards = guards_of(fake_mode, args) if symbolic is not None else None
+    compiled.prepare_for_serialization()
+    return GraphPickler.dumps(compiled), guards, facts

@@ -1,0 +1,231 @@
+"""The kernel tier's protocol: nothing busy beside the serving thread, kernels checked against the
+ATen replay before they serve, a reason for every key not on kernels, idle compile processes
+gone."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import npugraph_ex
+from helpers import graphs_called
+from npugraph_ex.capture.agreement import disagreement
+from npugraph_ex.capture.tiers import SETTLED, TRANSITIONS, KeyState
+
+HERE = Path(__file__).parent
+SETTLE_SECONDS = 120
+TIER = {"static_kernel_compile": "background", "background_compile_after": 2}
+
+
+def settle(fn: Any, inputs: Any, check: Any) -> int:
+    """Call ``fn`` on ``inputs()`` until its one key settles, ``check``ing every result; the
+    calls made."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    calls = 0
+    while time.monotonic() < deadline:
+        args = inputs()
+        check(fn(*args), args)
+        calls += 1
+        (graph,) = graphs_called()
+        if not {"aten", "queued", "pending", "trial"} & set(graph["background"]):
+            return calls
+        time.sleep(0.01)
+    raise AssertionError(f"no decision after {SETTLE_SECONDS} s: {graphs_called()}")
+
+
+def key_reason() -> str:
+    (graph,) = graphs_called()
+    (key,) = graph["keys"].values()
+    return key["kernel_tier"]
+
+
+def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
+    # Hot, compile, load, first run, swap, trial, kept: in a fresh process, where the first
+    # load's host probes would otherwise run (about 60,000 calls in a thread beside the replay).
+    done = subprocess.run(
+        [sys.executable, str(HERE / "stall_free_run.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["states"] == ["aten", "pending", "trial", "kernels"], report
+    assert report["max_output_diff"] < 1e-5
+    calls = report["other_threads_calls"]
+    assert sum(calls.values()) < 200, calls  # the pipe's thread and the first run's, a few each
+
+
+def bumps_the_kernels_output(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
+    """A custom post pass that changes only the graph lowered for compiled kernels: their first
+    output is off by 0.5, a wrong kernel the swap's check must catch."""
+    if config.static_kernel_compile != "background":
+        return
+    output = gm.graph.output_node()
+    first, *rest = output.args[0]
+    with gm.graph.inserting_before(output):
+        bumped = gm.graph.call_function(torch.ops.aten.add.Tensor, (first, 0.5))
+    output.args = ((bumped, *rest),)
+    gm.recompile()
+
+
+@torch.no_grad()
+def test_kernels_that_disagree_with_the_aten_replay_never_serve(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+    options = {
+        **TIER,
+        "background_min_gain": 0.01,
+        "post_grad_custom_post_pass": bumps_the_kernels_output,
+    }
+    fn = torch.compile(model, backend="npugraph_ex", options=options)
+
+    def equal_to_eager(got: torch.Tensor, args: Any) -> None:
+        torch.testing.assert_close(got, model(*args), rtol=0, atol=0)  # ATen's, every call
+
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        settle(fn, lambda: (torch.randn(4, 16),), equal_to_eager)
+    (graph,) = graphs_called()
+    assert graph["background"] == {"aten kept: disagree": 1}
+    assert key_reason().startswith("aten kept: disagree: kernels disagree with the ATen replay: ")
+    assert "largest difference 0.5 in value 0" in key_reason()
+    (said,) = [r.getMessage() for r in caplog.records if "disagree" in r.getMessage()]
+    assert "the key keeps its ATen replay" in said
+
+
+@torch.no_grad()
+def test_the_swap_writes_a_written_input_once() -> None:
+    # The swap runs both forms on one call's inputs: the input the graph writes is put back
+    # between them, so each call adds x exactly once, the swap's included.
+    def accumulate(x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        total.add_(x * 2)
+        return total.sum()
+
+    fn = torch.compile(
+        accumulate, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01}
+    )
+    total = torch.zeros(8)
+    expected = torch.zeros(8)
+
+    def adds_once(got: torch.Tensor, args: Any) -> None:
+        expected.add_(args[0] * 2)
+        torch.testing.assert_close(total, expected)
+        torch.testing.assert_close(got, expected.sum())
+
+    calls = settle(fn, lambda: (torch.randn(8), total), adds_once)
+    (graph,) = graphs_called()
+    assert graph["background"] == {"kernels": 1}, graph["background"]
+    assert calls >= 2 * 5  # through the trial
+
+
+@torch.no_grad()
+def test_every_key_not_on_kernels_says_why() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 16)
+    fn = torch.compile(
+        model, backend="npugraph_ex", options={**TIER, "background_compile_after": 10**6}
+    )
+    x = torch.randn(2, 16)
+    fn(x)
+    fn(x)
+    fn(x)
+    assert key_reason() == "not hot: 2 of 1000000 replays (ATen)"
+
+
+def test_the_state_table_settles_every_key_and_releases_from_anywhere() -> None:
+    assert SETTLED == {
+        KeyState.KERNELS,
+        KeyState.NOT_CHOSEN,
+        KeyState.SLOWER,
+        KeyState.DISAGREE,
+        KeyState.FAILED,
+        KeyState.RELEASED,
+    }
+    assert all(
+        KeyState.RELEASED in moves for s, moves in TRANSITIONS.items() if s is not KeyState.RELEASED
+    )
+    assert set(TRANSITIONS) == set(KeyState)
+
+
+def test_agreement_is_the_dtypes_rounding_and_exact_elsewhere() -> None:
+    a = torch.ones(3)
+    assert disagreement([a + 1e-5], [a]) is None  # float32 rounding of reordered sums
+    wrong = disagreement([a, a + 0.1], [a, a])
+    assert wrong is not None and wrong.index == 1 and abs(wrong.difference - 0.1) < 1e-6
+    assert disagreement([torch.tensor([1, 2])], [torch.tensor([1, 3])]).difference == 1.0
+    assert disagreement([a.half() + 1e-3], [a.half()]) is None
+    assert disagreement([torch.tensor([float("nan")])], [torch.tensor([float("nan")])]) is None
+    assert disagreement([torch.ones(2, 3)], [torch.ones(3, 2)]).difference == float("inf")
+
+
+def test_an_idle_compile_process_exits_by_itself() -> None:
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "npugraph_ex.kernels.worker_process", "0.5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.wait(timeout=60) == 0  # stdin still open: it left because it was idle
+    finally:
+        process.kill()
+    assert time.monotonic() - started < 60
+
+
+@torch.no_grad()
+def test_the_cpu_default_is_the_kernel_tier_and_false_keeps_the_aten_replay() -> None:
+    from npugraph_ex.config import Config
+    from npugraph_ex.runtime.platform import platform_for
+
+    assert Config().static_kernel_compile is None
+    assert platform_for("cpu").kernel_tier() == "background"
+    assert platform_for("cuda").kernel_tier() is False
+    assert platform_for("npu").kernel_tier() is False
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(2, 16)
+
+    def tiers_of(options: dict[str, Any]) -> dict[str, int]:
+        torch._dynamo.reset()
+        npugraph_ex.reset_stats()
+        fn = torch.compile(model, backend="npugraph_ex", options=options)
+        for _ in range(3):
+            torch.testing.assert_close(fn(x), model(x), rtol=0, atol=0)  # before any swap
+        (graph,) = graphs_called()
+        return graph["background"]
+
+    assert tiers_of({}) == {"aten": 1}
+    assert tiers_of({"static_kernel_compile": False}) == {}
+
+
+@torch.no_grad()
+def test_every_move_leaves_the_threads_and_cores_the_user_set() -> None:
+    # The compile process and the kernels' first run are pinned to a core of their own, and
+    # replays run with fewer threads while a compile is in flight: each only inside its own
+    # thread or call, so eager code and other compiled functions between calls see the user's.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01})
+    threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
+    seen: list[str] = []
+
+    def as_the_user_set(got: torch.Tensor, args: Any) -> None:
+        torch.testing.assert_close(got, model(*args), rtol=1e-4, atol=1e-5)
+        assert torch.get_num_threads() == threads and os.sched_getaffinity(0) == cores
+        (graph,) = graphs_called()
+        seen.extend(state for state in graph["background"] if state not in seen)
+
+    settle(fn, lambda: (torch.randn(4, 32),), as_the_user_set)
+    assert seen[0] == "aten" and seen[-1] == "kernels" and "pending" in seen, seen
