@@ -119,7 +119,8 @@ def measure(workload: str, cores: int, settled_seconds: float, limit_s: float) -
         state = key.graph.reason
         reference = workload_calls(workload, {"static_kernel_compile": False})
         reference()
-        while len(times["no compile"]) < max(sum(len(t) for t in times.values()), 1000):
+        calls = sum(len(t) for phase, t in times.items() if phase != "no compile")
+        while len(times["no compile"]) < max(calls, 1000):
             call_start = time.perf_counter()
             reference()
             times["no compile"].append(time.perf_counter() - call_start)
