@@ -124,7 +124,7 @@ class Config:
 
     background_cores: int = checked_field(1, check_int(0))
     """With ``static_kernel_compile="background"``: cores given to background compiles while
-    they run (the worker process and the loading of its results pinned to the last ones; replays
+    they run (the compile process and the kernels' first run pinned to the last ones; replays
     of the graph's keys use fewer intra-op threads meanwhile); 0 shares every core."""
 
     disable_static_kernel_compile_cache: bool = checked_field(False, check_bool)
