@@ -182,9 +182,10 @@ def input_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> lis
     ] or list(example_inputs)
 
 
-def accelerators_of(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
-    """The device types other than the CPU that the graph's values live on, sorted."""
-    devices = graph_devices(input_values(gm, example_inputs)) | graph_devices(
+def accelerators_of(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> list[str]:
+    """The device types other than the CPU that the graph's values live on, sorted
+    (``inputs``: its ``input_values``)."""
+    devices = graph_devices(inputs) | graph_devices(
         fake_value(node) for node in gm.graph.nodes if node.op == "call_function"
     )
     return sorted({device.type for device in devices if device.type != "cpu"})
@@ -192,7 +193,7 @@ def accelerators_of(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
 
 def graph_device_type(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     """The device type the graph runs on: its accelerator's, else the CPU's."""
-    accelerators = accelerators_of(gm, example_inputs)
+    accelerators = accelerators_of(gm, input_values(gm, example_inputs))
     return accelerators[0] if accelerators else "cpu"
 
 
@@ -202,7 +203,7 @@ def analyse_graph(
     """Read the facts the capture manager needs from an optimised ATen graph."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     values = input_values(gm, example_inputs)
-    accelerators = accelerators_of(gm, example_inputs)
+    accelerators = accelerators_of(gm, values)
     device_type = accelerators[0] if accelerators else "cpu"
     blocker = None
     if len(accelerators) > 1:

@@ -88,10 +88,10 @@ class ProbeRecord:
         with self.lock:
             cpu_vec_isa.VecISA.check_build = answered  # the class's own, put back below
             try:
-                cpu_vec_isa.pick_vec_isa()
+                picked = cpu_vec_isa.pick_vec_isa()
             finally:
                 cpu_vec_isa.VecISA.check_build = probe
-        log.debug("vector ISA taken from the compile process: %s", cpu_vec_isa.pick_vec_isa())
+        log.debug("vector ISA taken from the compile process: %s", picked)
 
 
 PROBES = ProbeRecord()
