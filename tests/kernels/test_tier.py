@@ -66,6 +66,20 @@ def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
     assert sum(calls.values()) < 200, calls  # the pipe's thread and the first run's, a few each
 
 
+def test_a_process_that_ends_during_the_kernels_first_run_ends_cleanly() -> None:
+    # The first run leaves the interpreter lock inside compiled code; ended in a daemon thread
+    # by the interpreter's finalization, it aborted the process (SIGABRT).
+    done = subprocess.run(
+        [sys.executable, str(HERE / "exit_while_warming_run.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "pending loaded; first run on copies of the inputs"
+
+
 def bumps_the_kernels_output(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
     """A custom post pass that changes only the graph lowered for compiled kernels: their first
     output is off by 0.5, a wrong kernel the swap's check must catch."""

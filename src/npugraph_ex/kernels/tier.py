@@ -275,9 +275,10 @@ class KernelTier:
         made.state = CompileState.WARMING
         made.in_flight = True  # its first run takes the background cores
         PROCESSES.entered()
-        threading.Thread(
-            target=self.warm, args=(made,), name="npugraph_ex-warm", daemon=True
-        ).start()
+        # Not a daemon: the run is compiled code that takes the interpreter lock back when it
+        # ends, and a daemon thread doing that while the interpreter finalizes aborts the
+        # process; the process's end waits for the run instead.
+        threading.Thread(target=self.warm, args=(made,), name="npugraph_ex-warm").start()
 
     def warm(self, made: Compile) -> None:
         """In a thread on the background cores: the kernels' first run on their copies (lazily
