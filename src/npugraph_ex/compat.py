@@ -10,10 +10,12 @@ import re
 from typing import Any
 
 import torch
+import torch.fx
 
 __all__ = [
     "MIN_TORCH",
     "check_torch_version",
+    "inductor_inference_passes",
     "onednn_linear_op",
     "parse_version",
     "source_guard",
@@ -99,3 +101,17 @@ def storage_unreadable_marker() -> Any:
     if mark is None:
         return None
     return lambda storage, message: mark(storage._cdata, message)
+
+
+def inductor_inference_passes(gm: torch.fx.GraphModule, device: torch.device) -> Any:
+    """``gm`` after the graph passes Inductor runs on an inference graph before it lowers it
+    (``compile_fx_forward``'s joint-graph passes: constant folding, no-op removal, its pattern
+    rewrites), which ``compile_fx_inner`` alone skips. Releases differ in whether the passes
+    take the inputs' device and whether they return the graph or rewrite it in place."""
+    import inspect
+
+    from torch._inductor.fx_passes.joint_graph import joint_graph_passes
+
+    takes_device = "input_device" in inspect.signature(joint_graph_passes).parameters
+    passed = joint_graph_passes(gm, input_device=device) if takes_device else joint_graph_passes(gm)
+    return passed if isinstance(passed, torch.fx.GraphModule) else gm

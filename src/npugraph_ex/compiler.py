@@ -30,7 +30,6 @@ from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_captured_graph
 from npugraph_ex.debug.dump import TensorDumper, dumping_original, mark_origins
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.kernels.static_compile import StaticKernelCompiler
 from npugraph_ex.kernels.symbolic import SymbolicSpec, symbolic_specs
 from npugraph_ex.kernels.tier import KernelStore, KernelTier
 from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS, DEFER_CAPTURE_PATTERNS
@@ -248,17 +247,17 @@ def build_graph_callable(
     runtime = runtime_for(facts.device_type)
     warn_unapplied_scopes(gm, facts.device_type, lowered.name)
     tier = config.static_kernel_compile
-    kernels = StaticKernelCompiler(gm, config, facts.device_type) if tier is True else None
-    background = (
+    kernels = (
         KernelTier(
-            lowered.kernels_gm if lowered.kernels_gm is not None else gm,
+            lowered.kernels_gm if tier == "background" and lowered.kernels_gm is not None else gm,
             facts.device_type,
             config,
             runtime.synchronize,
-            lowered.symbolic,
-            kernel_store,
+            lowered.symbolic if tier == "background" else None,
+            kernel_store if tier == "background" else None,
+            synchronous=tier is True,
         )
-        if tier == "background"
+        if tier
         else None
     )
     dumper = TensorDumper(config, lowered.name) if config.dump_tensor_data else None
@@ -270,7 +269,6 @@ def build_graph_callable(
         kernels=kernels,
         specialiser=key_specialiser(lowered),
         watched=dumps_replays and platform_for(facts.device_type).replays_watched(),
-        background=background,
     )
     manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, programs=programs)
     manager.stats.failed_passes.update(lowered.failed_passes)

@@ -78,7 +78,7 @@ def main() -> None:
             time.sleep(0.01)
     report = {
         "states": states,
-        "compiles": manager.programs.background.sent,
+        "compiles": manager.programs.kernels.sent,
         "calls": calls,
         "trial_calls": sum(
             len(times) for e in manager.entries.values() for times in e.graph.times.values()

@@ -1,5 +1,5 @@
 """One key's whole life on the kernel tier, in a fresh process, counting the Python calls every
-other thread makes meanwhile; prints a JSON report.
+other thread makes meanwhile and the commands its first load runs; prints a JSON report.
 
 A fresh process, because the first load of kernels in a process is where Inductor's host probes
 would run (about 60,000 Python calls); ``test_no_stall`` runs it. The serving thread's replay
@@ -33,8 +33,43 @@ class CallCounter:
             self.calls[threading.current_thread().name] += 1
 
 
+class LoadCommands:
+    """The commands child processes run while the tier loads kernels (the first load in a
+    process would run the host's compiler, were its answers not taken from the compile
+    process: ``runtime/cpu/host_answers``)."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+        self.loading = False
+
+    def watch(self) -> None:
+        import subprocess
+
+        import npugraph_ex.kernels.tier as tier
+
+        load, popen_init = tier.load_compiled, subprocess.Popen.__init__
+
+        def counted_load(*args: Any, **kwargs: Any) -> Any:
+            self.loading = True
+            try:
+                return load(*args, **kwargs)
+            finally:
+                self.loading = False
+
+        def recorded_init(process: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+            if self.loading:
+                self.commands.append([str(a) for a in ([args] if isinstance(args, str) else args)])
+            popen_init(process, args, *rest, **kwargs)
+
+        tier.load_compiled = counted_load
+        subprocess.Popen.__init__ = recorded_init
+
+
 def main() -> None:
     from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+
+    loads = LoadCommands()
+    loads.watch()
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -68,6 +103,7 @@ def main() -> None:
         "reason": key.graph.reason,
         "other_threads_calls": dict(counter.calls),
         "max_output_diff": largest_diff,
+        "load_commands": loads.commands,
     }
     print(json.dumps(report))
 

@@ -207,7 +207,7 @@ def test_a_key_captured_again_reuses_its_kernels() -> None:
     assert graph["recaptures"] == {"mutated input moved": 1}
     assert graph["background"] == {"kernels": 1}
     (manager,) = managers_since(before)
-    assert manager.programs.background.sent == 1
+    assert manager.programs.kernels.sent == 1
 
 
 @torch.no_grad()
@@ -226,7 +226,7 @@ def test_one_symbolic_compile_serves_every_key_of_a_dynamic_graph() -> None:
         time.sleep(0.01)
     assert tiers() == {"kernels": len(rows)}
     (manager,) = managers_since(before)
-    assert manager.programs.background.sent == 1  # not one per key
+    assert manager.programs.kernels.sent == 1  # not one per key
     (graph,) = graphs_called()
     assert graph["captures"] == len(rows) and graph["eager_calls"] == {}
 
@@ -240,7 +240,7 @@ def test_a_failed_symbolic_compile_leaves_each_key_a_compile_of_its_own(
     fn = compiled(model, dynamic=True, background_min_gain=0.01)
     fn(torch.randn(3, 32))
     (manager,) = managers_since(before)
-    background = manager.programs.background
+    background = manager.programs.kernels
     assert background.symbolic is not None
     background.symbolic = [("tensor", ("s99",), ("1",))]  # a spec the worker cannot use
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -357,7 +357,7 @@ def lowered_joined() -> tuple[object, object]:
 def test_the_aten_replay_runs_the_capture_passes_and_the_worker_gets_the_graph_without() -> None:
     manager, cat = lowered_joined()
     assert not manager.fn.graph.find_nodes(op="call_function", target=cat)  # remove_cat_ops
-    assert manager.programs.background.gm.graph.find_nodes(op="call_function", target=cat)
+    assert manager.programs.kernels.gm.graph.find_nodes(op="call_function", target=cat)
 
 
 @torch.no_grad()
@@ -388,7 +388,7 @@ def test_a_graph_that_cannot_be_sent_leaves_the_aten_replay_and_frees_the_cores(
     x = torch.randn(4, 32)
     fn(x)  # the first capture makes the graph's bytes; here, as if they could not be made
     (manager,) = managers_since(before)
-    tier = manager.programs.background
+    tier = manager.programs.kernels
     tier.graph, tier.unsendable = None, "the graph cannot be sent: TypeError: cannot pickle"
     threads = torch.get_num_threads()
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
@@ -407,4 +407,4 @@ def test_lowerings_called_differently_leave_the_one_for_inductor_serving_both(
     monkeypatch.setattr(npugraph_ex.compiler, "same_calls", lambda a, b: False)
     manager, cat = lowered_joined()
     assert manager.fn.graph.find_nodes(op="call_function", target=cat)  # no remove_cat_ops
-    assert manager.programs.background.gm is manager.fn
+    assert manager.programs.kernels.gm is manager.fn

@@ -64,6 +64,10 @@ def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
     assert report["max_output_diff"] < 1e-5
     calls = report["other_threads_calls"]
     assert sum(calls.values()) < 200, calls  # the pipe's thread and the first run's, a few each
+    # The first load in the process: no vector-ISA probe builds, no header preprocessed (both
+    # answered by the compile process); what is left asks the compiler's name and version.
+    commands = report["load_commands"]
+    assert len(commands) <= 3 and not any("-E" in command for command in commands), commands
 
 
 def test_a_process_that_ends_during_the_kernels_first_run_ends_cleanly() -> None:

@@ -1,12 +1,14 @@
 """What each key of one optimised graph captures: one ``Program``, decided in one place.
 
-    static_kernel_compile, key chosen    -> Program(kernels, "kernels")   compiled for its sizes
+    static_kernel_compile=True, chosen   -> Program(kernels, "kernels")   compiled for its sizes
     tensor dumps of replays wanted       -> Program(graph, "watched")     readable node by node
     few-row products at the key's sizes  -> Program(split run, "graph")   the CPU platform's split
     otherwise                            -> Program(graph, "graph")
 
-A key whose kernels fail to compile captures the ATen graph instead, and says why once. What
-each key got is counted here (``counts``), and read by the graph's stats.
+A key whose kernels fail to compile captures the ATen graph instead, and says why once. With
+the kernel tier in the background (``static_kernel_compile="background"``, the CPU default), a key
+captures its ATen graph and is wrapped to swap compiled kernels in later (``tiered``). What each
+key got is counted here (``counts``), and read by the graph's stats.
 """
 
 from __future__ import annotations
@@ -40,29 +42,22 @@ class KeyPrograms:
         config: Config,
         *,
         name: str,
-        kernels: Any = None,
+        kernels: KernelTier | None = None,
         specialiser: Any = None,
         watched: bool = False,
-        background: KernelTier | None = None,
     ):
         self.fn = fn
         self.name = name
         self.number = next(NUMBERS)
         """Names this graph in messages said once (``name`` recurs after a Dynamo reset)."""
         self.kernels = kernels
-        """With ``static_kernel_compile``: ``compile(args) -> (fn, outcome)`` and ``wants(args)``
-        per new key."""
+        """With ``static_kernel_compile``: the graph's kernel tier; synchronous (``True``): each
+        chosen key's kernels compiled before its capture, else compiled while its ATen replay
+        serves (``tiered``)."""
         self.specialiser = specialiser
         """For a graph whose products' row counts are symbolic: what a key with few rows runs
         instead of ``fn`` (the platform's key specialiser), or None."""
-        self.background = background
-        """With ``static_kernel_compile="background"``: the compiles of this graph's hot keys."""
-        self.watched = (
-            watched
-            and kernels is None
-            and background is None
-            and isinstance(fn, torch.fx.GraphModule)
-        )
+        self.watched = watched and kernels is None and isinstance(fn, torch.fx.GraphModule)
         """Whether captures keep every node's value, so that replays can be dumped."""
         self.capture_error_mode = config.capture_error_mode
         self.disabled_steps = frozenset(config.disabled_build_steps)
@@ -80,7 +75,7 @@ class KeyPrograms:
 
     def for_key(self, args: Sequence[Any]) -> Program:
         """What a new key with inputs ``args`` captures."""
-        if self.kernels is not None:
+        if self.kernels is not None and self.kernels.synchronous:
             if self.kernels.wants(args):
                 return self.compiled(args)
             self.counts["static_kernels"]["not chosen"] += 1
@@ -98,7 +93,7 @@ class KeyPrograms:
 
     def compiled(self, args: Sequence[Any]) -> Program:
         try:
-            fn, outcome = self.kernels.compile(args)
+            made, outcome = self.kernels.compile_now(args)
         except Exception as error:  # Inductor may fail on any op; the ATen graph still works
             self.counts["static_kernels"]["failed"] += 1
             log_once(
@@ -113,7 +108,7 @@ class KeyPrograms:
             )
             return self.program(self.fn)
         self.counts["static_kernels"][outcome] += 1
-        return self.program(fn, "kernels")
+        return self.program(made.run, "kernels")
 
     def tiered(
         self,
@@ -125,11 +120,11 @@ class KeyPrograms:
     ) -> CapturedGraph:
         """A new key's graph: with background compiles, one that swaps in compiled kernels once
         they are ready, agree with it and are faster (``tiers``); else ``graph`` itself."""
-        if self.background is None:
+        if self.kernels is None or self.kernels.synchronous:
             return graph
-        self.background.prepare()
+        self.kernels.prepare()
         return TieredGraph(
-            graph, self.background, capture, args, kept, written, self.name, self.number
+            graph, self.kernels, capture, args, kept, written, self.name, self.number
         )
 
     def reset_counts(self) -> None:

@@ -116,7 +116,7 @@ class TieredGraph(CapturedGraph):
         self.kernels: CapturedGraph | None = None
         self.times: dict[str, list[float]] = {"kernels": [], "aten": []}
         if not tier.wants(args):
-            self.move(KeyState.NOT_CHOSEN, "not chosen by static_kernel_sym_values")
+            self.move(KeyState.NOT_CHOSEN, "static_kernel_sym_values leaves it out")
         else:
             self.take_stored()
 
@@ -189,7 +189,7 @@ class TieredGraph(CapturedGraph):
     def after_failure(self, made: Compile) -> None:
         """A compile this key waited for failed (or did not load)."""
         if made.stored:
-            log.info("%s: stored kernels did not load (%s); compiled again", self.name, made.error)
+            log.info("%s: stored kernels did not serve (%s); compiled again", self.name, made.error)
             self.tier.forget(made)
             self.move(KeyState.NOT_HOT)
         elif made.symbolic:
@@ -234,10 +234,14 @@ class TieredGraph(CapturedGraph):
         try:
             captured = self.capture(Program(made.run, "kernels"))
         except Exception as error:  # the ATen replay stays; the call gets its results
+            failure = f"{type(error).__name__}: {first_line(error)}"
             if made.symbolic:
                 self.ask_own()
+            elif made.stored:  # an earlier process's kernels: this one compiles its own
+                made.error = failure
+                self.after_failure(made)
             else:
-                self.keep_aten(KeyState.FAILED, f"{type(error).__name__}: {first_line(error)}")
+                self.keep_aten(KeyState.FAILED, failure)
             return self.aten.replay()
         got = values_of(captured.outputs, [self.args[i] for i in self.written])
         restore(saved)

@@ -17,6 +17,17 @@ from npugraph_ex.kernels.static_compile import positional
 from npugraph_ex.runtime.platform import platform_for
 
 
+def import_loading_modules() -> None:
+    """Import what a load imports (Inductor's loading code; ``cpp_extension``, which the C++
+    wrapper's load reads, imports setuptools: about 60 ms), at a key's first capture, which
+    pays seconds anyway: not in the call boundary of the process's first load."""
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.debug  # noqa: F401
+    import torch._inductor.output_code  # noqa: F401
+    import torch.fx._graph_pickler  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+
 def load_compiled(data: bytes, device_type: str, facts: dict[Any, Any]) -> Callable[..., Any]:
     """The compiled graph a compile process sent, ready to call like the FX graph (positional
     inputs)."""

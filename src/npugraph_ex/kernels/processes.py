@@ -56,6 +56,8 @@ class CompileProcess:
         pin(self.process.pid, cores)
         self.busy = False
         self.idle_since = time.monotonic()
+        self.thread: threading.Thread | None = None
+        """The thread of the request in flight, or of the last one."""
 
     @property
     def alive(self) -> bool:
@@ -70,10 +72,10 @@ class CompileProcess:
         """Send ``request`` from a thread of its own, which calls ``reply`` with the reply (or
         None when the process died)."""
         self.busy = True
-        thread = threading.Thread(
+        self.thread = threading.Thread(
             target=self.exchange, args=(request, reply), name="npugraph_ex-compile", daemon=True
         )
-        thread.start()
+        self.thread.start()
 
     def exchange(self, request: bytes, reply: Callable[[Any], None]) -> None:
         try:
@@ -86,9 +88,12 @@ class CompileProcess:
         reply(answer)
 
     def stop(self) -> None:
+        """Kill the process and wait for its request's thread, which then replies None."""
         if self.alive:
             self.process.kill()
             self.process.wait()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=10)
 
 
 class CompileProcesses:
@@ -108,18 +113,19 @@ class CompileProcesses:
         compile process, its reply to ``reply``; False while ``limit`` compiles are in flight.
         A new process runs on the last ``cores`` cores (``cores``)."""
         with self.lock:
-            for stale in [p for p in self.processes if not p.busy and not p.fresh]:
-                stale.stop()
+            stale = [p for p in self.processes if not p.busy and not p.fresh]
             self.processes = [p for p in self.processes if p.busy or p.fresh]
-            if self.in_flight >= limit:
-                return False
-            idle = [p for p in self.processes if not p.busy]
-            process = idle[0] if idle else CompileProcess(background_cores(cores))
-            if not idle:
-                self.processes.append(process)
-            self.in_flight += 1
-            process.start(request(), reply)
-        return True
+            sent = self.in_flight < limit
+            if sent:
+                idle = [p for p in self.processes if not p.busy]
+                process = idle[0] if idle else CompileProcess(background_cores(cores))
+                if not idle:
+                    self.processes.append(process)
+                self.in_flight += 1
+                process.start(request(), reply)
+        for process in stale:  # unlocked: its thread may still be replying, which takes the lock
+            process.stop()
+        return sent
 
     def entered(self) -> None:
         """Loaded kernels began their first run on the background cores (``tier``)."""
@@ -139,4 +145,7 @@ class CompileProcesses:
 
 
 PROCESSES = CompileProcesses()
+# At exit, before the interpreter finalizes: a request's thread still running then would reply
+# to a dead process by dropping tensors (a compile's input copies), which releases the
+# interpreter lock inside torch's C++ and aborts the process when it takes the lock back.
 atexit.register(PROCESSES.shutdown)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from npugraph_ex.config import Config
+from npugraph_ex.compat import inductor_inference_passes
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.kernels.decompositions import static_kernel_decompositions
 from npugraph_ex.passes.patterns.onednn_linear import LINEAR
@@ -35,43 +35,6 @@ from npugraph_ex.scope.ops import scopes_in
 
 CompiledKernels = Callable[..., Any]
 """Called like the FX graph (positional inputs); returns its outputs."""
-
-
-class StaticKernelCompiler:
-    """Compiles one optimised FX graph for the concrete inputs of each key it is given."""
-
-    def __init__(self, gm: torch.fx.GraphModule, config: Config, device_type: str):
-        self.gm = gm
-        self.device_type = device_type
-        self.use_cache = not config.disable_static_kernel_compile_cache
-        self.chooses = config.static_kernels_for
-        self.made: dict[tuple, Any] = {}
-        """Compiled code by input signature: a recapture (an input moved) reuses it."""
-
-    def wants(self, args: Sequence[Any]) -> bool:
-        return chosen(self.chooses, args)
-
-    def compile(self, args: Sequence[Any]) -> tuple[CompiledKernels, str]:
-        """Kernels computing the graph for inputs with exactly the sizes and ints of ``args``,
-        and how they were made: ``"compiled"``, ``"cache_hit"`` when loaded from the on-disk
-        cache, or ``"reused"`` when this graph already has them for inputs like these.
-        """
-        from torch._dynamo.utils import counters
-
-        signature = input_signature(args)
-        compiled = self.made.get(signature)
-        if compiled is not None:
-            outcome = "reused"
-        else:
-            hits_before = counters["inductor"]["fxgraph_cache_hit"]
-            compiled = self.made[signature] = self.lower(args)
-            loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
-            outcome = "cache_hit" if loaded else "compiled"
-
-        return positional(compiled), outcome
-
-    def lower(self, args: Sequence[Any]) -> Any:
-        return lower(self.gm, args, self.device_type, self.use_cache)
 
 
 def chosen(chooses: Callable[[Sequence[int]], bool], args: Sequence[Any]) -> bool:
@@ -130,7 +93,9 @@ def lower(
         torch._inductor.config.patch(options),
         onednn_linear_as_extern_call(),
     ):
-        static_gm = specialise(gm, fake_args, fake_mode)
+        static_gm = inductor_inference_passes(
+            specialise(gm, fake_args, fake_mode), input_device(fake_args)
+        )
         return compile_fx_inner(static_gm, fake_args, cpp_wrapper=cpp_wrapper, is_inference=True)
 
 
@@ -155,6 +120,11 @@ def onednn_linear_as_extern_call() -> Iterator[None]:
             del table[LINEAR]
         else:
             table[LINEAR] = made
+
+
+def input_device(args: Sequence[Any]) -> torch.device | None:
+    """The device of the first tensor input, which Inductor's passes take as the graph's."""
+    return next((a.device for a in args if isinstance(a, torch.Tensor)), None)
 
 
 def input_signature(args: Sequence[Any]) -> tuple:

@@ -1,5 +1,6 @@
 """Compiled kernels for the hot keys of one graph, made in a compile process while the ATen
-replay serves (``static_kernel_compile="background"``).
+replay serves (``static_kernel_compile="background"``), or for every key before its first replay
+(``True``: the synchronous case, ``KernelTier.compile_now``).
 
 A key replays its ATen kernels from its first call. Once it is hot (``background_compile_after``
 replays) its graph is compiled by a compile process (``processes``): for the key's static sizes,
@@ -35,11 +36,11 @@ import torch.fx
 
 from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import pickle_graph
-from npugraph_ex.kernels.loading import load_compiled
+from npugraph_ex.kernels.loading import import_loading_modules, load_compiled
 from npugraph_ex.kernels.messages import message
 from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.kernels.remote_compile import input_specs
-from npugraph_ex.kernels.static_compile import chosen, input_signature
+from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
 from npugraph_ex.kernels.symbolic import SymbolicSpec
 from npugraph_ex.runtime.platform import platform_for
 
@@ -138,7 +139,9 @@ class Compile:
 
 
 class KernelTier:
-    """The background compiles of one graph's keys (see the module docstring).
+    """The compiles of one graph's keys (see the module docstring); with ``synchronous``
+    (``static_kernel_compile=True``), each key's compile made in this process before its first
+    replay, the kernels serving unchecked (``compile_now``).
 
     A graph with symbolic sizes (``symbolic``) is hot once its keys together have replayed
     ``background_compile_after`` times, and gets one compile that every key passing its guards
@@ -153,6 +156,7 @@ class KernelTier:
         synchronize: Callable[[], None],
         symbolic: list[SymbolicSpec] | None = None,
         store: KernelStore | None = None,
+        synchronous: bool = False,
     ):
         self.gm = gm
         self.device_type = device_type
@@ -182,12 +186,32 @@ class KernelTier:
         """Replays of this graph's keys on their ATen graphs, together."""
         self.sent = 0
         """Compiles sent to a compile process for this graph."""
+        self.synchronous = synchronous
+
+    def compile_now(self, args: Sequence[Any]) -> tuple[Compile, str]:
+        """In this process, before a key's first replay: its kernels, ready, and how they were
+        made: ``"compiled"``, ``"cache_hit"`` (Inductor's cache on disk had them) or
+        ``"reused"`` (this graph made them for inputs like these; a recapture)."""
+        from torch._dynamo.utils import counters
+
+        signature = input_signature(args)
+        known = self.compiles.get(signature)
+        if known is not None and known.state is CompileState.READY:
+            return known, "reused"
+        hits_before = counters["inductor"]["fxgraph_cache_hit"]
+        made = Compile(signature)
+        made.run = positional(lower(self.gm, args, self.device_type, self.use_cache))
+        made.ready()
+        self.compiles[signature] = made
+        loaded = counters["inductor"]["fxgraph_cache_hit"] > hits_before
+        return made, "cache_hit" if loaded else "compiled"
 
     def prepare(self) -> None:
         """At the first capture of a key (a call that compiles and captures anyway): the graph's
         bytes for its compiles, and the kernels an earlier process kept."""
         if self.graph is not None or self.unsendable:
             return
+        import_loading_modules()
         try:
             self.graph = pickle_graph(self.gm)
         except Exception as error:  # its keys keep ATen, and say why (``request``)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.cpu import probes
-from npugraph_ex.runtime.cpu.vec_isa import PROBES
+from npugraph_ex.runtime.cpu.host_answers import HOST_ANSWERS
 from npugraph_ex.runtime.platform import ONEDNN_LINEAR, REDUCTION, KeyRule, Platform, Product
 
 SPLIT_MIN_WEIGHT_ELEMENTS = 32 * 1024
@@ -111,10 +111,10 @@ class CpuPlatform(Platform):
         return "background"
 
     def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
-        return PROBES.recording_answers()  # the vector-instruction probes (``vec_isa``)
+        return HOST_ANSWERS.recording()  # what a first load would find out (``host_answers``)
 
     def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
-        PROBES.take_answers(facts)
+        HOST_ANSWERS.take(facts)
 
     def warms_up(self, kind: str) -> bool:
         # Compiled kernels are called, not recorded: their capture is their first run.
