@@ -39,7 +39,14 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
         ids = torch.randint(0, model.config.vocab_size, (1, 1))
         return lambda ids: model(ids, use_cache=False).logits, (ids,)
     if name == "efficientnet":
-        config = transformers.EfficientNetConfig()  # B0, 224 x 224
+        # B0 (the config's defaults are B7's: 600 x 600, twice as wide, three times as deep).
+        config = transformers.EfficientNetConfig(
+            width_coefficient=1.0,
+            depth_coefficient=1.0,
+            image_size=224,
+            hidden_dim=1280,
+            dropout_rate=0.2,
+        )
         model = transformers.EfficientNetForImageClassification(config).eval()
     else:
         config = transformers.MobileNetV2Config()

@@ -322,6 +322,9 @@ def test_background_work_runs_on_its_own_core_and_replays_leave_it_free() -> Non
     traced = counters["stats"]["unique_graphs"]
     assert PROCESSES.in_flight == 1
     (worker,) = [p for p in PROCESSES.processes if p.alive]
+    deadline = time.monotonic() + 30  # the process pins itself as it starts
+    while os.sched_getaffinity(worker.process.pid) != {cores[-1]} and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert os.sched_getaffinity(worker.process.pid) == {cores[-1]}
     with serving_threads(1):
         assert torch.get_num_threads() == min(threads, len(cores) - 1)

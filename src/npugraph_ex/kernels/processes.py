@@ -29,10 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from npugraph_ex.kernels.cores import background_cores, pin
+from npugraph_ex.kernels.cores import background_cores
 from npugraph_ex.kernels.messages import read_message, write_message
 
 IDLE_SECONDS = 60.0
@@ -46,14 +46,16 @@ class CompileProcess:
         env = dict(os.environ)
         if cores:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cores))
+        # The process pins itself to ``cores`` as it starts: pinning it from here, mid-exec,
+        # took the serving thread 4 ms.
+        command = [sys.executable, "-m", "npugraph_ex.kernels.worker_process", str(IDLE_SECONDS)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "npugraph_ex.kernels.worker_process", str(IDLE_SECONDS)],
+            [*command, ",".join(map(str, sorted(cores)))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=env,
         )
-        pin(self.process.pid, cores)
         self.busy = False
         self.idle_since = time.monotonic()
         self.thread: threading.Thread | None = None
@@ -68,7 +70,7 @@ class CompileProcess:
         """Alive and idle for less than half ``IDLE_SECONDS``: safe to give a request."""
         return self.alive and time.monotonic() - self.idle_since < IDLE_SECONDS / 2
 
-    def start(self, request: bytes, reply: Callable[[Any], None]) -> None:
+    def start(self, request: Sequence[bytes], reply: Callable[[Any], None]) -> None:
         """Send ``request`` from a thread of its own, which calls ``reply`` with the reply (or
         None when the process died)."""
         self.busy = True
@@ -77,9 +79,9 @@ class CompileProcess:
         )
         self.thread.start()
 
-    def exchange(self, request: bytes, reply: Callable[[Any], None]) -> None:
+    def exchange(self, request: Sequence[bytes], reply: Callable[[Any], None]) -> None:
         try:
-            write_message(self.process.stdin, request)
+            write_message(self.process.stdin, *request)
             answer = read_message(self.process.stdout)
         except (OSError, ValueError):  # the process died, or was stopped, before it answered
             answer = None
@@ -107,9 +109,13 @@ class CompileProcesses:
         replays of tiered keys leave the background cores to them (``cores``)."""
 
     def submit(
-        self, limit: int, request: Callable[[], bytes], reply: Callable[[Any], None], cores: int
+        self,
+        limit: int,
+        request: Callable[[], Sequence[bytes]],
+        reply: Callable[[Any], None],
+        cores: int,
     ) -> bool:
-        """Send the message ``request()`` makes (called only when a process is free) to a free
+        """Send the frames ``request()`` makes (called only when a process is free) to a free
         compile process, its reply to ``reply``; False while ``limit`` compiles are in flight.
         A new process runs on the last ``cores`` cores (``cores``)."""
         with self.lock:

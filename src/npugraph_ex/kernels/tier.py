@@ -37,7 +37,7 @@ import torch.fx
 from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import pickle_graph
 from npugraph_ex.kernels.loading import import_loading_modules, load_compiled
-from npugraph_ex.kernels.messages import message
+from npugraph_ex.kernels.messages import frame, message
 from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.kernels.remote_compile import input_specs
 from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
@@ -177,7 +177,8 @@ class KernelTier:
         self.store = store
         self.id = graph_id(gm, device_type, symbolic) if store is not None else ""
         self.graph: bytes | None = None
-        """The graph in the cache's format, made at its first capture (``prepare``)."""
+        """The graph in the cache's format, framed for a compile process (``messages``), made at
+        its first capture (``prepare``)."""
         self.unsendable = ""
         """Why the graph could not be made into bytes, if it could not."""
         self.compiles: dict[tuple | None, Compile] = {}
@@ -213,7 +214,7 @@ class KernelTier:
             return
         import_loading_modules()
         try:
-            self.graph = pickle_graph(self.gm)
+            self.graph = frame(pickle_graph(self.gm))
         except Exception as error:  # its keys keep ATen, and say why (``request``)
             self.unsendable = f"the graph cannot be sent: {type(error).__name__}: {error}"[:500]
         if self.store is not None:
@@ -272,10 +273,9 @@ class KernelTier:
         symbolic = self.symbolic if shared else None
         specs = input_specs(args)
 
-        def request() -> bytes:
-            return message(
-                (self.graph, specs, self.device_type, self.use_cache, symbolic, self.threads)
-            )
+        def request() -> tuple[bytes, bytes]:
+            arguments = (specs, self.device_type, self.use_cache, symbolic, self.threads)
+            return self.graph, message(arguments)
 
         made.in_flight = True  # before the reply can come: a quick failure leaves flight
         if not PROCESSES.submit(self.limit, request, made.received, self.cores):
