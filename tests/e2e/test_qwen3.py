@@ -81,7 +81,9 @@ def test_growing_sequence_matches_eager_and_replays_each_length(
     model = tiny_qwen3_config().to(device)
     prompts = two_prompts(model, device)
     eager = [greedy_growing(growing_forward(model), prompt) for prompt in prompts]
-    compiled = compile_growing(model)
+    # The ATen replay, compared bit for bit with force_eager: the graph's keys together turn it
+    # hot, and kernels swapped in mid-run (when the compile is quick enough) round differently.
+    compiled = compile_growing(model, static_kernel_compile=False)
 
     start = counts()
     captured = greedy_growing(compiled, prompts[0])
