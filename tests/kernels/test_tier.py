@@ -184,6 +184,19 @@ def test_agreement_is_the_dtypes_rounding_and_exact_elsewhere() -> None:
     assert wrong is not None and wrong.index == 1 and abs(wrong.difference - 0.1) < 1e-6
     assert disagreement([torch.tensor([1, 2])], [torch.tensor([1, 3])]).difference == 1.0
     assert disagreement([a.half() + 1e-3], [a.half()]) is None
+    # Half precision: a few units in the last place of the value's largest element pass (a
+    # cancelling sum far from it), a part of its scale does not.
+    cache = torch.tensor([4.0, 0.01, -3.0], dtype=torch.bfloat16)
+    assert (
+        disagreement([cache + torch.tensor([0.0, 0.047, 0.0], dtype=torch.bfloat16)], [cache])
+        is None
+    )
+    assert (
+        disagreement(
+            [cache + torch.tensor([0.0, 0.5, 0.0], dtype=torch.bfloat16)], [cache]
+        ).difference
+        > 0.4
+    )
     assert disagreement([torch.tensor([float("nan")])], [torch.tensor([float("nan")])]) is None
     assert disagreement([torch.ones(2, 3)], [torch.ones(3, 2)]).difference == float("inf")
 
