@@ -122,7 +122,9 @@ class HeaderRecord:
             if self.wrapped:
                 return
             self.wrapped = True
-            search = codecache._precompile_header
+            search = getattr(codecache, "_precompile_header", None)
+            if search is None:  # a release without precompiled headers: nothing to answer
+                return
             paths, taken = self.paths, self.taken
 
             def answered(header: str, hashable_cmd_line: str, **command: Any) -> str:
