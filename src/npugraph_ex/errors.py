@@ -76,3 +76,8 @@ def first_line(error: BaseException) -> str:
     """The first line of ``error``'s message ("" for an empty one), for one-line reports."""
     lines = str(error).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def error_summary(error: BaseException, limit: int | None = None) -> str:
+    """``"TypeName: first line"`` of ``error``, the line cut to ``limit`` characters."""
+    return f"{type(error).__name__}: {first_line(error)[:limit]}"

@@ -27,7 +27,7 @@ from npugraph_ex.capture.stats import GraphStats, key_info, live_view, register
 from npugraph_ex.config import Config
 from npugraph_ex.debug.compile_debug import compile_log, debug_folder, write_capture_summary
 from npugraph_ex.debug.profiling import profiled
-from npugraph_ex.errors import first_line
+from npugraph_ex.errors import error_summary
 from npugraph_ex.runtime.base import Capture, CapturedGraph, DeviceRuntime, Program, as_output_list
 from npugraph_ex.runtime.output_copies import copied_outputs
 from npugraph_ex.runtime.platform import platform_for
@@ -188,7 +188,7 @@ class CaptureManager:
         except Exception:
             log.debug("%s: a call failed eagerly too; capture stays on", self.stats.name)
             raise
-        self.refuse(f"capture failed: {type(error).__name__}: {first_line(error)}")
+        self.refuse(f"capture failed: {error_summary(error)}")
         if self.config.strict_capture:
             raise notices.strict_error(self.stats.name, self.blocker) from error
         return outputs

@@ -35,7 +35,7 @@ from typing import Any
 from npugraph_ex.capture.agreement import disagreement, values_of
 from npugraph_ex.capture.inputs import restore, snapshot
 from npugraph_ex.debug.once import log_once
-from npugraph_ex.errors import first_line
+from npugraph_ex.errors import error_summary
 from npugraph_ex.kernels.cores import serving_threads
 from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.kernels.symbolic import guards_hold
@@ -235,7 +235,7 @@ class TieredGraph(CapturedGraph):
         try:
             captured = self.capture(Program(made.run, "kernels"))
         except Exception as error:  # the ATen replay stays; the call gets its results
-            failure = f"{type(error).__name__}: {first_line(error)}"
+            failure = error_summary(error)
             if made.symbolic:
                 self.ask_own()
             elif made.stored:  # an earlier process's kernels: this one compiles its own

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
+from npugraph_ex.errors import error_summary
 from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import pickle_graph
 from npugraph_ex.kernels.loading import import_loading_modules, load_compiled
@@ -291,7 +292,7 @@ class KernelTier:
         try:
             made.run = load_compiled(made.data, self.device_type, made.facts)
         except Exception as error:  # a result this process cannot load
-            made.fail(f"{type(error).__name__}: {str(error).splitlines()[0][:500]}")
+            made.fail(error_summary(error, 500))
             return
         if made.warm_args is None:
             made.ready()
@@ -312,7 +313,7 @@ class KernelTier:
             with torch.no_grad():
                 made.run(*made.warm_args)
         except Exception as error:  # the swap's capture would fail the same way
-            made.fail(f"{type(error).__name__}: {str(error).splitlines()[0][:500]}")
+            made.fail(error_summary(error, 500))
             return
         made.ready()
 

@@ -17,6 +17,7 @@ import select
 import sys
 from typing import Any, BinaryIO
 
+from npugraph_ex.errors import error_summary
 from npugraph_ex.kernels.messages import message, read_frame, read_message, write_message
 
 
@@ -31,7 +32,7 @@ def serve(requests: BinaryIO, results: BinaryIO, idle_seconds: float) -> None:
         try:
             result: tuple[bool, Any] = (True, compile_in_worker(graph, *request))
         except Exception as error:  # reported to the serving process, which keeps ATen
-            result = (False, f"{type(error).__name__}: {str(error).splitlines()[0][:500]}")
+            result = (False, error_summary(error, 500))
         write_message(results, message(result))
 
 
