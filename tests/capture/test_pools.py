@@ -76,7 +76,9 @@ def test_views_input_writes_and_aliased_outputs_match_eager_across_keys(device, 
 
 
 def pool_bytes_total() -> int:
-    """Bytes of every live pool; earlier tests' graphs may still be alive, so compare deltas."""
+    """Bytes of every live pool; earlier tests' graphs may still be alive, so compare deltas.
+    Their garbage goes first: freed in the middle of a test, it would shift the delta."""
+    gc.collect()
     return npugraph_ex.stats()["totals"]["pool_bytes"]
 
 

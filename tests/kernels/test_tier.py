@@ -48,18 +48,23 @@ def key_reason() -> str:
     return key["kernel_tier"]
 
 
-def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
-    # Hot, compile, load, first run, swap, trial, kept: in a fresh process, where the first
-    # load's host probes would otherwise run (about 60,000 calls in a thread beside the replay).
+def fresh_process(script: str) -> str:
+    """What ``script`` (beside this file) prints, run in a fresh process that must exit 0."""
     done = subprocess.run(
-        [sys.executable, str(HERE / "stall_free_run.py")],
+        [sys.executable, str(HERE / script)],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip()
+
+
+def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
+    # Hot, compile, load, first run, swap, trial, kept: in a fresh process, where the first
+    # load's host probes would otherwise run (about 60,000 calls in a thread beside the replay).
+    report = json.loads(fresh_process("stall_free_run.py").splitlines()[-1])
     assert report["states"] == ["aten", "pending", "trial", "kernels"], report
     assert report["max_output_diff"] < 1e-5
     calls = report["other_threads_calls"]
@@ -73,15 +78,8 @@ def test_other_threads_run_almost_no_python_through_a_keys_whole_life() -> None:
 def test_a_process_that_ends_during_the_kernels_first_run_ends_cleanly() -> None:
     # The first run leaves the interpreter lock inside compiled code; ended in a daemon thread
     # by the interpreter's finalization, it aborted the process (SIGABRT).
-    done = subprocess.run(
-        [sys.executable, str(HERE / "exit_while_warming_run.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "pending loaded; first run on copies of the inputs"
+    said = fresh_process("exit_while_warming_run.py")
+    assert said == "pending loaded; first run on copies of the inputs"
 
 
 def bumps_the_kernels_output(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
