@@ -57,7 +57,7 @@ def test_the_record_holds_every_field_for_every_workload(bench_run: tuple) -> No
         assert key in record
     assert record["command"][:2] == ["npugraph-ex", "bench"]
     probes = record["environment"]["host_probes"]  # what the host's measurement decided
-    assert set(probes) == {"split", "reduction"} | {
+    assert set(probes) == {"split", *host_probes.REDUCTION_NAMES.values()} | {
         f"onednn_linear_{rows}" for rows in host_probes.LINEAR_PROBE_ROWS
     }
     for probe in probes.values():
@@ -81,7 +81,9 @@ def test_npugraph_ex_captures_one_key_per_length_and_one_for_a_fixed_shape(
     bench_run: tuple,
 ) -> None:
     record, _, _ = bench_run
-    growing, decode, token = (record["workloads"][name] for name in ("growing", "decode", "token"))
+    growing, decode, token, window = (
+        record["workloads"][name] for name in ("growing", "decode", "token", "window")
+    )
     assert growing["distinct_lengths"] == TOKENS
     assert growing["compile_args"]["by_variant"]["npugraph_ex"]["options"] == {
         "capture_limit": TOKENS
@@ -90,7 +92,9 @@ def test_npugraph_ex_captures_one_key_per_length_and_one_for_a_fixed_shape(
     assert decode["variants"]["npugraph_ex"]["captured_keys"] == 1
     assert token["variants"]["npugraph_ex"]["captured_keys"] == 1
     assert token["steps"] == 4 and token["use_cache"] is False
-    for workload in (growing, decode, token):
+    assert window["variants"]["npugraph_ex"]["captured_keys"] == 1
+    assert window["tokens_per_step"] == 32
+    for workload in (growing, decode, token, window):
         assert workload["variants"]["npugraph_ex"]["pool_bytes"] > 0
         cached = workload["variants"]["npugraph_ex+cache_compile"]
         assert cached["captured_keys"] == workload["variants"]["npugraph_ex"]["captured_keys"]

@@ -15,6 +15,7 @@ from npugraph_ex.bench.decode import Decode
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since, summarise
 from npugraph_ex.bench.growing import Growing
 from npugraph_ex.bench.memory import MemoryMeter, resident_bytes
+from npugraph_ex.bench.one_token import OneToken, Window
 from npugraph_ex.bench.records import run_record, write_json
 from npugraph_ex.bench.timing import interleaved
 from npugraph_ex.bench.variants import VARIANTS, check_names, own_code, selection
@@ -143,6 +144,20 @@ def test_the_growing_workload_feeds_the_whole_sequence_every_step() -> None:
     assert seconds > 0 and len(ticks) == 3
     assert run.block() > 0
     assert model.calls == [2, 3, 4, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("workload_type", "width"), [(OneToken, 1), (Window, 3)])
+def test_the_fixed_length_workloads_slide_their_window_by_the_pick(
+    workload_type: type, width: int
+) -> None:
+    model = NextToken(vocab=10)
+    workload = workload_type(model, torch.tensor([[3, 4, 5][-width:]]), 3, lambda: None)
+    run = workload.bind(workload.step())
+    found = run.first(lambda: None)[1]
+    # Each pick is the last token plus one: the window slid, never grew.
+    assert found.tokens == [6, 7, 8]
+    assert model.calls == [width] * 3
+    assert workload.describe()["tokens_per_step"] == width
 
 
 def test_the_decode_step_hands_over_the_cache_under_the_name_transformers_asks_for() -> None:

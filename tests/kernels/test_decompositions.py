@@ -23,7 +23,7 @@ aten = torch.ops.aten
 @pytest.fixture(autouse=True)
 def reduction_pays(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host where the reduction pays, whatever this one measures (one test says otherwise)."""
-    monkeypatch.setattr(host_probes, "reduction_pays", lambda: True)
+    monkeypatch.setattr(host_probes, "reduction_pays", lambda dtype=torch.float32: True)
 
 
 def linear_graph(bias: bool) -> torch.fx.GraphModule:
@@ -77,10 +77,34 @@ def test_the_reduction_computes_the_product(rows: int) -> None:
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bfloat16, torch.float16])
-def test_integer_and_half_precision_products_are_left_to_aten(dtype: torch.dtype) -> None:
-    x, w = torch.ones(1, 4, dtype=dtype), torch.ones(4, 3, dtype=dtype)
+def test_integer_products_are_left_to_aten() -> None:
+    x, w = torch.ones(1, 4, dtype=torch.int64), torch.ones(4, 3, dtype=torch.int64)
     assert few_rows_times_matrix(x, w) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_is_summed_in_float32_and_rounded_once(dtype: torch.dtype) -> None:
+    x, w, b = (torch.randn(*shape).to(dtype) for shape in ((2, 256), (512, 256), (512,)))
+    # ATen accumulates in float32 and rounds once: within one unit in the last place of the
+    # float32 product rounded (the float32 sums' order, 1e-5 near zero, may round a tie the
+    # other way), where a sum rounded at every step would be off by many over 256 terms.
+    want = (x.float() @ w.float().t()).to(dtype)
+    ulp = {"rtol": torch.finfo(dtype).eps, "atol": 1e-5}
+    torch.testing.assert_close(few_rows_times_matrix(x, w.t()), want, **ulp)
+    torch.testing.assert_close(
+        few_rows_times_matrix_plus(b, x, w.t()), torch.addmm(b, x, w.t()), atol=2e-2, rtol=1e-2
+    )
+    ops = specialised_ops(linear_graph(False), x, w, b)
+    assert ops["aten.mm"] == 0 and ops["aten.sum"] == 1
+    assert ops["prims.convert_element_type"] == 3  # x and w up, the sum down
+
+
+def test_the_probe_answers_per_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_probes, "reduction_pays", lambda dtype: dtype == torch.float32)
+    x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
+    assert specialised_ops(linear_graph(False), x, w, b)["aten.sum"] == 1
+    half = [t.to(torch.bfloat16) for t in (x, w, b)]
+    assert specialised_ops(linear_graph(False), *half)["aten.mm"] == 1
 
 
 def test_column_products_are_left_to_aten() -> None:
@@ -88,7 +112,7 @@ def test_column_products_are_left_to_aten() -> None:
 
 
 def test_a_host_where_the_reduction_does_not_pay_keeps_the_matrix_product(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(host_probes, "reduction_pays", lambda: False)
+    monkeypatch.setattr(host_probes, "reduction_pays", lambda dtype=torch.float32: False)
     x, w, b = torch.randn(1, 64), torch.randn(32, 64), torch.randn(32)
     ops = specialised_ops(linear_graph(False), x, w, b)
     assert ops["aten.mm"] == 1 and ops["aten.sum"] == 0
@@ -100,6 +124,7 @@ def test_the_reduction_probe_times_one_thread_and_leaves_the_thread_count() -> N
     assert torch.get_num_threads() == threads
     assert result.threads == 1 and result.mm_ms > 0 and result.other_ms > 0
     assert result.pays == (result.gain >= host_probes.REDUCTION_GAIN)
+    assert host_probes.reduction_probe(threads, torch.bfloat16).mm_ms > 0
 
 
 ONEDNN_WEIGHT = (512, 128)

@@ -29,7 +29,7 @@ def host_pays(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host where every probe says its rewrite pays (whatever this one measures)."""
     monkeypatch.setattr(probes, "split_pays", lambda: True)
     monkeypatch.setattr(probes, "linear_pays", lambda rows=None: True)
-    monkeypatch.setattr(probes, "reduction_pays", lambda: True)
+    monkeypatch.setattr(probes, "reduction_pays", lambda dtype=torch.float32: True)
 
 
 def test_one_shared_platform_per_device_type() -> None:
@@ -103,10 +103,14 @@ def test_the_cpu_reduces_few_rows_in_static_kernels_where_the_host_pays(
     assert cpu.cpp_wrapper()
     rows = cpu_platform.REDUCTION_MAX_ROWS
     assert cpu.reduction_pays(Product(rows, 32, 64, torch.float64))
+    assert cpu.reduction_pays(Product(1, 32, 64, torch.bfloat16))
     assert not cpu.reduction_pays(Product(rows + 1, 32, 64, torch.float32))
+    assert not cpu.reduction_pays(Product(1, 32, 64, torch.int64))
+    # The probe answers per dtype: ATen's float16 ``mm`` may stream the weight where its
+    # bfloat16 one does not.
+    monkeypatch.setattr(probes, "reduction_pays", lambda dtype: dtype != torch.float16)
     assert not cpu.reduction_pays(Product(1, 32, 64, torch.float16))
-    monkeypatch.setattr(probes, "reduction_pays", lambda: False)
-    assert cpu.static_kernel_products() == (ONEDNN_LINEAR,)
+    assert cpu.reduction_pays(Product(1, 32, 64, torch.bfloat16))
 
 
 def test_the_cpu_specialises_keys_with_few_rows_or_counts_onednn_is_not_given(

@@ -25,7 +25,7 @@ from npugraph_ex.bench.models import (
     describe_model,
     model_source,
 )
-from npugraph_ex.bench.one_token import OneToken
+from npugraph_ex.bench.one_token import WINDOW_TOKENS, OneToken, Window
 from npugraph_ex.bench.precision import PRECISIONS
 from npugraph_ex.bench.progress import Progress
 from npugraph_ex.bench.records import run_record, write_json
@@ -35,7 +35,7 @@ from npugraph_ex.bench.variants import DEFAULTS, VARIANTS, check_names, selectio
 from npugraph_ex.bench.workload import Workload
 
 NAME = "bench"
-WORKLOADS = ("growing", "decode", "token")
+WORKLOADS = ("growing", "decode", "token", "window")
 
 DESCRIPTION = """\
 Qwen3 causal LM (built from a config, random weights, no download) or a local checkpoint, in
@@ -48,6 +48,8 @@ workloads:
   decode   one-token decode step over a StaticCache: one fixed shape (dynamic=False, one key)
   token    one-token forward without a KV cache, fed its own pick (dynamic=False, one key);
            run only when named
+  window   32-token forward without a KV cache (a prefill), each step sliding in its pick
+           (dynamic=False, one key); run only when named
 
 Per variant: first run / first call (compilation and capture), steady tokens/s and speed-up over
 eager (median of interleaved repeats), captured keys, memory, and whether the greedy tokens equal
@@ -125,7 +127,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=name_list,
         default=["growing", "decode"],
         metavar="NAMES",
-        help="comma-separated workloads to run: growing, decode, token (default growing,decode)",
+        help="comma-separated workloads to run: growing, decode, token, window (default "
+        "growing,decode)",
     )
     defaults = "; ".join(f"{w}: {', '.join(v)}" for w, v in DEFAULTS.items())
     parser.add_argument(
@@ -157,8 +160,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=positive_int,
         default=64,
         metavar="N",
-        help="decode and token: steps per timed block, and greedy tokens checked against eager "
-        "(default 64; decode: less than --max-cache-len)",
+        help="decode, token and window: steps per timed block, and greedy tokens checked "
+        "against eager (default 64; decode: less than --max-cache-len)",
     )
     parser.add_argument(
         "--max-cache-len",
@@ -253,6 +256,12 @@ def workloads(model: torch.nn.Module, args: argparse.Namespace) -> list[Workload
         "decode": lambda: Decode(model, args.steps, args.max_cache_len, args.device, sync),
         "token": lambda: OneToken(
             model, prompt_ids(model.config.vocab_size, 1, args.seed, args.device), args.steps, sync
+        ),
+        "window": lambda: Window(
+            model,
+            prompt_ids(model.config.vocab_size, WINDOW_TOKENS, args.seed, args.device),
+            args.steps,
+            sync,
         ),
     }
     return [built[name]() for name in args.workloads]

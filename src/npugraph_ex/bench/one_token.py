@@ -1,8 +1,10 @@
-"""Workload ``token``: the forward of one token without a KV cache, fed its own greedy pick.
+"""Workloads ``token`` and ``window``: a fixed-length forward without a KV cache, fed its pick.
 
-Each step runs the model on a single token (``use_cache=False``) and feeds the argmax back as the
+``token`` runs the model on a single token (``use_cache=False``) and feeds the argmax back as the
 next step's only token: one fixed shape (``dynamic=False``, one graph key), no cache to update,
 so the step is the model's kernels on one row and nothing else: the smallest forward there is.
+``window`` runs the same over the last ``WINDOW_TOKENS`` tokens (a prompt's forward, a prefill
+of that length, each step sliding the window by its pick): the kernels on many rows.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class OneToken(Growing):
         return {}
 
     def next_ids(self, ids: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
-        return picked
+        return torch.cat([ids[:, 1:], picked], dim=1)
 
     @property
     def title(self) -> str:
@@ -43,3 +45,28 @@ class OneToken(Growing):
 
     def describe(self) -> dict[str, Any]:
         return {"steps": self.new_tokens, "tokens_per_step": 1, "use_cache": False}
+
+
+WINDOW_TOKENS = 32
+
+
+@dataclass
+class Window(OneToken):
+    """``new_tokens`` forwards of the last ``prompt.shape[1]`` tokens, each slid by its pick."""
+
+    name: str = "window"
+
+    @property
+    def title(self) -> str:
+        return (
+            f"window: {self.prompt.shape[1]}-token forward without a KV cache, "
+            f"{self.new_tokens} steps each sliding in the last pick (dynamic=False, one key)"
+        )
+
+    @property
+    def chart_title(self) -> str:
+        width = self.prompt.shape[1]
+        return f"window: {width}-token forward, no KV cache\n{self.new_tokens} steps, dynamic=False"
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "tokens_per_step": self.prompt.shape[1]}

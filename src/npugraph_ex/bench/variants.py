@@ -148,6 +148,7 @@ DEFAULTS: dict[str, tuple[str, ...]] = {
     "growing": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+cache_compile"),
     "decode": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+static_kernels", *CACHED),
     "token": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+static_kernels", *CACHED),
+    "window": ("eager", "npugraph_ex", "npugraph_ex+aten", "npugraph_ex+static_kernels", *CACHED),
 }
 """What each workload runs without ``--variants``."""
 

@@ -37,26 +37,36 @@ aten = torch.ops.aten
 def few_rows_times_matrix(x: torch.Tensor, w: torch.Tensor) -> Any:
     """``x @ w`` as a reduction, for a 2-d ``x`` and a ``w`` of more than one column and of
     ``x``'s dtype, where the platform of ``x``'s device says it pays
-    (``Platform.reduction_pays``: on CPU, few rows of float32 or float64); else NotImplemented
-    (ATen's ``mm`` then applies)."""
-    if x.dim() != 2 or w.dim() != 2 or w.shape[1] == 1 or x.dtype != w.dtype:
-        return NotImplemented
-    product = Product(x.shape[0], w.shape[1], w.shape[0], x.dtype)
-    if not platform_for(x.device.type).reduction_pays(product):
-        return NotImplemented
-    return torch.sum(x.unsqueeze(2) * w.unsqueeze(0), dim=1)
+    (``Platform.reduction_pays``: on CPU, few rows, per dtype); else NotImplemented (ATen's
+    ``mm`` then applies). Half precision is multiplied and summed in float32 and rounded once,
+    as ATen's kernels accumulate."""
+    summed = summed_in_float(x, w)
+    return summed if summed is NotImplemented else summed.to(x.dtype)
 
 
 def few_rows_times_matrix_plus(
     bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, beta: Any = 1, alpha: Any = 1
 ) -> Any:
-    """``addmm`` as ``few_rows_times_matrix`` plus the bias."""
-    product = few_rows_times_matrix(x, w)
+    """``addmm`` as ``few_rows_times_matrix`` plus the bias (added before the one rounding)."""
+    product = summed_in_float(x, w)
     if product is NotImplemented:
         return NotImplemented
     if alpha != 1:
         product = alpha * product
-    return product + (bias if beta == 1 else beta * bias)
+    bias = bias.to(product.dtype)
+    return (product + (bias if beta == 1 else beta * bias)).to(x.dtype)
+
+
+def summed_in_float(x: torch.Tensor, w: torch.Tensor) -> Any:
+    """The reduction of ``few_rows_times_matrix`` before its rounding to ``x``'s dtype (in
+    float32 for half precision, else in ``x``'s dtype), or NotImplemented."""
+    if x.dim() != 2 or w.dim() != 2 or w.shape[1] == 1 or x.dtype != w.dtype:
+        return NotImplemented
+    product = Product(x.shape[0], w.shape[1], w.shape[0], x.dtype)
+    if not platform_for(x.device.type).reduction_pays(product):
+        return NotImplemented
+    accumulate = torch.promote_types(x.dtype, torch.float32)
+    return torch.sum(x.to(accumulate).unsqueeze(2) * w.to(accumulate).unsqueeze(0), dim=1)
 
 
 def times_weight_through_onednn(x: torch.Tensor, w: torch.Tensor) -> Any:

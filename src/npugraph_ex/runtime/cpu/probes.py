@@ -10,7 +10,8 @@ check or CPU name tells which a host is; a measurement does:
   (``passes/patterns/row_products.py``) against ``mm``;
 - ``reduction_pays``: ``static_kernel_compile``'s multiply-and-sum (``kernels/decompositions``),
   judged by how far ``mm`` is from a row sum that reads the same weights once (what the
-  generated reduction does), both on one thread (1.6x to 2.0x here, also under load);
+  generated reduction does), both on one thread, per dtype: ATen runs each dtype's ``mm`` with
+  another kernel (here float32 1.6x to 2.0x, also under load, bfloat16 about 2x, float16 1.6x);
 - ``linear_pays``: oneDNN's linear kernel from the plain weight
   (``passes/patterns/onednn_linear.py``) against ``mm``, at each of ``LINEAR_PROBE_ROWS`` (1.14x
   to 1.62x at every count here, where MKL runs its generic path; on its Intel paths 0.6x to 0.9x
@@ -45,9 +46,15 @@ Measured = TypeVar("Measured")
 
 PROBE_WEIGHTS = 8
 PROBE_SHAPE = (1024, 512)
-"""Each probe weight: 2 MiB of float32; eight of them (16 MiB) stream from memory, as the layers
-of a model larger than the caches do."""
+"""Each probe weight: 2 MiB of float32; eight of them (16 MiB; as many bytes of narrower dtypes)
+stream from memory, as the layers of a model larger than the caches do."""
 PROBE_ROUNDS = 7
+REDUCTION_NAMES = {
+    torch.float32: "reduction",
+    torch.bfloat16: "reduction_bfloat16",
+    torch.float16: "reduction_float16",
+}
+"""The dtypes whose reduction probe a benchmark's record lists, and its names there."""
 SPLIT_GAIN = 1.1
 REDUCTION_GAIN = 1.15
 """The reduction also multiplies, and Inductor's version of it is not the row sum timed here.
@@ -87,9 +94,10 @@ def split_pays() -> bool:
     return split_probe(torch.get_num_threads()).pays
 
 
-def reduction_pays() -> bool:
-    """Whether few-row products should become reductions, at the current thread count."""
-    return reduction_probe(torch.get_num_threads()).pays
+def reduction_pays(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether few-row products of ``dtype`` should become reductions, at the current thread
+    count."""
+    return reduction_probe(torch.get_num_threads(), dtype).pays
 
 
 def linear_pays(rows: int | None = None) -> bool:
@@ -116,21 +124,25 @@ def decisions() -> dict[str, dict[str, float | bool]]:
         }
         for name, result in (
             ("split", split_probe(threads)),
-            ("reduction", reduction_probe(threads)),
+            *(
+                (REDUCTION_NAMES[dtype], reduction_probe(threads, dtype))
+                for dtype in REDUCTION_NAMES
+            ),
             *linear.items(),
         )
     }
 
 
-def on_real_tensors(probe: Callable[[int], Measured]) -> Callable[[int], Measured]:
-    """Run ``probe`` once per thread count, on real tensors even when called under a dispatch
-    mode (a pass that checks a match may run under the compile's fake tensor mode)."""
+def on_real_tensors(probe: Callable[..., Measured]) -> Callable[..., Measured]:
+    """Run ``probe`` once per thread count (and dtype, for those that take one), on real tensors
+    even when called under a dispatch mode (a pass that checks a match may run under the
+    compile's fake tensor mode)."""
 
     @functools.cache
     @functools.wraps(probe)
-    def run(threads: int) -> Measured:
+    def run(threads: int, *dtype: torch.dtype) -> Measured:
         with _disable_current_modes():
-            return probe(threads)
+            return probe(threads, *dtype)
 
     return run
 
@@ -153,19 +165,21 @@ def split_probe(threads: int) -> Probe:
 
 
 @on_real_tensors
-def reduction_probe(threads: int) -> Probe:
+def reduction_probe(threads: int, dtype: torch.dtype = torch.float32) -> Probe:
     """Measured on one thread whatever ``threads`` is: the question is whether ``mm``'s kernel
     reads a weight slower than a plain vectorised reduction does, and one thread each answers
     it without the other cores' load in the answer (two threads' rounds under another process's
-    load varied by 2x; one thread's by 15%)."""
-    weights, x = probe_operands()
-    outputs = [torch.empty(PROBE_SHAPE[0]) for _ in weights]
+    load varied by 2x; one thread's by 15%). Half-precision rows are summed in their dtype: ATen
+    accumulates them in float32 in registers, as the generated reduction does (asked to sum
+    into float32, ATen converts the whole weight first, at a third of the speed)."""
+    weights, x = probe_operands(dtype=dtype)
+    outputs = [torch.empty(PROBE_SHAPE[0], dtype=dtype) for _ in weights]
 
     def row_sums() -> None:
         for w, out in zip(weights, outputs, strict=True):
             torch.sum(w, dim=1, out=out)
 
-    form = "a reduction over the weight's rows (one thread each)"
+    form = f"a reduction over the weight's rows ({dtype}, one thread each)"
     torch.set_num_threads(1)
     try:
         return measured(form, 1, (weights, x), row_sums, REDUCTION_GAIN)
@@ -193,10 +207,13 @@ def linear_probe_at(threads: int, rows: int) -> Probe:
     return measured(form, threads, (weights, x), with_onednn, LINEAR_GAIN)
 
 
-def probe_operands(rows: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
+def probe_operands(
+    rows: int = 1, dtype: torch.dtype = torch.float32
+) -> tuple[list[torch.Tensor], torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    weights = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in range(PROBE_WEIGHTS)]
-    return weights, torch.randn(rows, PROBE_SHAPE[1], generator=generator)
+    count = PROBE_WEIGHTS * 4 // dtype.itemsize  # as many bytes as float32's weights
+    weights = [torch.randn(*PROBE_SHAPE, generator=generator).to(dtype) for _ in range(count)]
+    return weights, torch.randn(rows, PROBE_SHAPE[1], generator=generator).to(dtype)
 
 
 def measured(
@@ -209,7 +226,7 @@ def measured(
     """Time ``mm`` of ``operands`` (weights, the rows they multiply) against ``other``, which
     reads the same weights."""
     weights, x = operands
-    outputs = [torch.empty(x.shape[0], PROBE_SHAPE[0]) for _ in weights]
+    outputs = [torch.empty(x.shape[0], PROBE_SHAPE[0], dtype=x.dtype) for _ in weights]
 
     def with_mm() -> None:
         for w, out in zip(weights, outputs, strict=True):
