@@ -258,3 +258,17 @@ def test_every_move_leaves_the_threads_and_cores_the_user_set() -> None:
 
     settle(fn, lambda: (torch.randn(4, 32),), as_the_user_set)
     assert seen[0] == "aten" and seen[-1] == "kernels" and "pending" in seen, seen
+
+
+def test_a_forked_child_serves_and_leaves_the_parents_compile_processes_alone() -> None:
+    # Forked with one function on kernels and another's compile in flight, after both ran
+    # parallel regions: GNU OpenMP's threads are not in the child, whose next parallel region
+    # waited for them forever; the child's exit killed the parent's compile process.
+    report = json.loads(fresh_process("fork_run.py").splitlines()[-1])
+    assert report["states_at_fork"] == {"pending": ["pending"]}, report
+    assert report["child_status"] == 0 and report["child_results"] == [True] * 4, report
+    assert report["child_threads"] == 1 and report["child_processes"] == 0, report
+    # The parent: its compile process outlived the child's exit and finished its compile.
+    assert report["workers_at_fork"] == 1 and report["workers_alive_after_child"] == [True]
+    assert report["parent_later"] == ["kernels"] or report["parent_later"] == ["aten kept: slower"]
+    assert report["parent_results"] == [True, True]

@@ -24,6 +24,7 @@ the kernels from disk.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,6 +38,8 @@ from npugraph_ex.kernels.messages import read_message, write_message
 
 IDLE_SECONDS = 60.0
 """How long a compile process waits for a request before it exits."""
+FORKED = -1000
+"""The return code a forked child gives the parent's processes (``disown``): never polled."""
 
 
 class CompileProcess:
@@ -60,6 +63,7 @@ class CompileProcess:
         self.idle_since = time.monotonic()
         self.thread: threading.Thread | None = None
         """The thread of the request in flight, or of the last one."""
+        self.reply: Callable[[Any], None] | None = None
 
     @property
     def alive(self) -> bool:
@@ -74,6 +78,7 @@ class CompileProcess:
         """Send ``request`` from a thread of its own, which calls ``reply`` with the reply (or
         None when the process died)."""
         self.busy = True
+        self.reply = reply
         self.thread = threading.Thread(
             target=self.exchange, args=(request, reply), name="npugraph_ex-compile", daemon=True
         )
@@ -89,6 +94,17 @@ class CompileProcess:
         self.idle_since = time.monotonic()
         reply(answer)
 
+    def disown(self) -> None:
+        """In a forked child: close this process's copies of the pipes and answer the compile
+        in flight as failed (its thread, and so its reply, stayed in the parent)."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                release_descriptor(pipe.fileno())
+        self.process.returncode = FORKED  # not the child's to wait for or kill
+        if self.busy and self.reply is not None:
+            self.busy = False
+            self.reply((False, "the process forked while this compile ran for its parent"))
+
     def stop(self) -> None:
         """Kill the process and wait for its request's thread, which then replies None."""
         if self.alive:
@@ -96,6 +112,17 @@ class CompileProcess:
             self.process.wait()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=10)
+
+
+def release_descriptor(fd: int) -> None:
+    """Drop this process's reference to what ``fd`` names, keeping the number taken (by
+    ``/dev/null``): the file object holding it is not closed here (closing takes its lock,
+    which the parent's exchange thread held, blocked on the pipe, at the fork), and when it is
+    collected it closes its own number, not one reused since."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 class CompileProcesses:
@@ -143,6 +170,15 @@ class CompileProcesses:
         with self.lock:
             self.in_flight -= 1
 
+    def forget_in_child(self) -> None:
+        """In a forked child (``os.register_at_fork``): the parent's processes are disowned, the
+        lock, which a parent's thread may have held at the fork, is new."""
+        self.lock = threading.Lock()
+        processes, self.processes = self.processes, []
+        for process in processes:
+            process.disown()
+        self.in_flight = 0
+
     def shutdown(self) -> None:
         with self.lock:
             processes, self.processes = self.processes, []
@@ -155,3 +191,5 @@ PROCESSES = CompileProcesses()
 # to a dead process by dropping tensors (a compile's input copies), which releases the
 # interpreter lock inside torch's C++ and aborts the process when it takes the lock back.
 atexit.register(PROCESSES.shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=PROCESSES.forget_in_child)

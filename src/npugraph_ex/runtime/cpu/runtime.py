@@ -10,6 +10,7 @@ import torch
 
 from npugraph_ex.runtime.base import Capture, DeviceRuntime, Program, as_output_list
 from npugraph_ex.runtime.cpu.build import Build, build_program
+from npugraph_ex.runtime.cpu.forked import FORKED_CHILDREN
 from npugraph_ex.runtime.cpu.graph import CpuGraph, caller_aliases
 from npugraph_ex.runtime.cpu.heap import release_free_heap
 from npugraph_ex.runtime.cpu.kernels import CompiledKernelCall
@@ -30,6 +31,7 @@ class CpuRuntime(DeviceRuntime):
     def capture(
         self, program: Program, args: Sequence[Any], pool: Any, owned_inputs: Sequence[int] = ()
     ) -> Capture:
+        FORKED_CHILDREN.ran_parallel()
         if program.kind == "kernels":
             # Compiled kernels fuse ops into loops no dispatch mode sees: the call is the replay.
             call = CompiledKernelCall(program.fn, args)

@@ -15,6 +15,7 @@ for the blocks it joins (``after``). Its error is raised to every thread that wa
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -103,6 +104,18 @@ class Worker:
 
 WORKERS: dict[str, Worker] = {}
 WORKERS_LOCK = threading.Lock()
+
+
+def forget_workers_in_child() -> None:
+    """In a forked child: the parent's worker threads did not come along (and one may have
+    held the lock at the fork); the child starts its own as its blocks ask."""
+    global WORKERS_LOCK
+    WORKERS_LOCK = threading.Lock()
+    WORKERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=forget_workers_in_child)
 
 
 def worker(tag: str) -> Worker:
