@@ -64,8 +64,8 @@ class Config:
     """
 
     mode: str = checked_field("npugraph_ex", check_mode)
-    """One of 'npugraph_ex', 'max-autotune'; 'reduce-overhead' is a deprecated alias of
-    'npugraph_ex' and is stored as 'npugraph_ex'."""
+    """One of 'npugraph_ex', 'max-autotune'; 'reduce-overhead' (TorchAir's older name of this
+    mode, and Hugging Face's default) is stored as 'npugraph_ex'."""
 
     force_eager: bool = checked_field(False, check_bool)
     """Run every graph eagerly without capturing it (for debugging)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any, NoReturn
@@ -78,17 +77,12 @@ def check_choice(choices: tuple[str, ...]) -> Check:
 
 
 def check_mode(name: str, value: Any) -> str:
+    """A mode, with ``"reduce-overhead"`` taken quietly as ``"npugraph_ex"``: TorchAir's
+    ``CompilerConfig`` lists it as this mode's older name, and Hugging Face's ``CompileConfig``
+    passes it by default, so ``generate(compile_config=CompileConfig(backend="npugraph_ex"))``
+    sends it on every call."""
     value = check_choice(MODES)(name, value)
-    if value in MODE_ALIASES:
-        new = MODE_ALIASES[value]
-        warnings.warn(
-            f"mode={value!r} is deprecated; it means {new!r} here. "
-            f"Pass mode={new!r} (or leave mode unset) to silence this warning.",
-            FutureWarning,
-            stacklevel=4,
-        )
-        return new
-    return value
+    return MODE_ALIASES.get(value, value)
 
 
 def check_int_values(name: str, value: Any) -> tuple[int, ...] | None:

@@ -21,7 +21,7 @@ from npugraph_ex.scope import (
 )
 
 LOGGER = "npugraph_ex.capture.deadlock"
-LINE = re.compile(r"npugraph_ex: deadlock_check: graph\[[\w/]+\]: (.*): no deadlock risk")
+LINE = re.compile(r"npugraph_ex: deadlock_check: graph\[[\w/]+\]: (.*): No deadlock risks detected")
 
 READY = npu_create_tagged_event("deadlock_check_ready")
 DONE = npu_create_tagged_event("deadlock_check_done")

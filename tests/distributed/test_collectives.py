@@ -166,7 +166,7 @@ def test_deadlock_check_stops_crossed_collectives_before_they_hang() -> None:
         assert report["same_order"] == {"ok": True}
         assert report["log"] == [
             "npugraph_ex: deadlock_check: graph[0/0]: 2 collectives in the same order on all 2 "
-            "ranks: no deadlock risk"
+            "ranks: No deadlock risks detected"
         ]
         crossed = report["crossed"]
         assert crossed["error"] == "BackendCompilerFailed"

@@ -126,12 +126,14 @@ def test_static_kernel_compile_captures_the_aten_kernels_of_a_graph_with_a_block
     ("make", "message"),
     [
         (
-            lambda: limit_core_num(0, 4),
-            "limit_core_num takes two ints >= 1 (op_aicore_num, op_vectorcore_num), got (0, 4)",
+            lambda: limit_core_num(0, 0),
+            "limit_core_num takes two ints >= 0, at least one of them >= 1 (op_aicore_num, "
+            "op_vectorcore_num), got (0, 0)",
         ),
         (
             lambda: limit_core_num(True, 4),
-            "limit_core_num takes two ints >= 1 (op_aicore_num, op_vectorcore_num), got (True, 4)",
+            "limit_core_num takes two ints >= 0, at least one of them >= 1 (op_aicore_num, "
+            "op_vectorcore_num), got (True, 4)",
         ),
         (lambda: stream(""), "stream tag must be a non-empty str, got '': name the branch"),
         (lambda: stream("s", 0.5), "stream priority must be an int, got 0.5 (tag='s')"),

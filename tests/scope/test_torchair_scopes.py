@@ -11,7 +11,14 @@ import torch
 import npugraph_ex
 from helpers import THREADS_SEEN, GraphRecorder, intra_op_threads, threads_seen, totals
 from npugraph_ex.errors import ScopeError
-from npugraph_ex.scope import npu_stream_switch, npu_wait_tensor, super_kernel
+from npugraph_ex.scope import (
+    data_dump,
+    limit_core_num,
+    npu_stream_switch,
+    npu_wait_tensor,
+    op_never_timeout,
+    super_kernel,
+)
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, scopes_in
 
 ENTER, EXIT = torch.ops.npugraph_ex.scope_enter, torch.ops.npugraph_ex.scope_exit
@@ -123,6 +130,41 @@ def test_super_kernel_is_kept_as_a_block_and_warns_once(caplog: pytest.LogCaptur
     assert caplog.text.count("are Ascend-only and do nothing on this device") == 1
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("block", [lambda: op_never_timeout(True), data_dump])
+def test_torchair_attribute_blocks_compile_as_blocks(block, caplog) -> None:  # noqa: ANN001
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with block():
+            return x.exp() + 1
+
+    recorder = GraphRecorder()
+    compiled = torch.compile(
+        fn, backend="npugraph_ex", options={"post_grad_custom_post_pass": recorder}
+    )
+    for _ in range(2):
+        x = torch.randn(4)
+        assert torch.equal(compiled(x), fn(x))
+    assert scopes_in(recorder.only()) == ["attributes"]
+
+
+def test_op_never_timeout_takes_a_bool() -> None:
+    with pytest.raises(ScopeError, match="op_never_timeout enable must be a bool, got 'yes'"):
+        op_never_timeout("yes")
+
+
+@torch.no_grad()
+def test_no_vector_cores_caps_at_the_other_number() -> None:
+    # TorchAir's limit_core_num(n, 0): no cores of the second kind.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with limit_core_num(1, 0):
+            return torch.mm(x, x) + 1
+
+    compiled = torch.compile(fn, backend="npugraph_ex")
+    for _ in range(2):
+        x = torch.randn(8, 8)
+        torch.testing.assert_close(compiled(x), fn(x))
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -133,7 +175,7 @@ def test_super_kernel_is_kept_as_a_block_and_warns_once(caplog: pytest.LogCaptur
         ),
         (
             lambda: ENTER(["_op_aicore_num"], ["zero"]),
-            "scope_enter: _op_aicore_num must be an int >= 1 (as a str), got 'zero'",
+            "scope_enter: _op_aicore_num must be an int >= 0 (as a str), got 'zero'",
         ),
         (
             lambda: npu_wait_tensor(torch.ones(1), 3),

@@ -23,7 +23,7 @@ may be off).
 A graph that passes gets one INFO line saying what was checked and that nothing was found:
 
     npugraph_ex: deadlock_check: graph[0/0]: 2 collectives in the same order on all 2 ranks:
-    no deadlock risk
+    No deadlock risks detected
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def check_collective_order(gm: torch.fx.GraphModule, graph_name: str) -> None:
     elif mine:
         checked.append(f"{len(mine)} collectives, no process group to compare them across")
     log.info(
-        "npugraph_ex: deadlock_check: %s: %s: no deadlock risk",
+        "npugraph_ex: deadlock_check: %s: %s: No deadlock risks detected",
         graph_name,
         ", ".join(checked) or "no collectives and no stream blocks",
     )

@@ -8,7 +8,14 @@ TorchAir's spellings (``npu_stream_switch``, ``npu_wait_tensor``, the tagged eve
 
 from __future__ import annotations
 
-from npugraph_ex.scope.context import limit_core_num, npu_stream_switch, stream, super_kernel
+from npugraph_ex.scope.context import (
+    data_dump,
+    limit_core_num,
+    npu_stream_switch,
+    op_never_timeout,
+    stream,
+    super_kernel,
+)
 from npugraph_ex.scope.ordering import (
     TaggedEvent,
     npu_create_tagged_event,
@@ -20,6 +27,7 @@ from npugraph_ex.scope.ordering import (
 
 __all__ = [
     "TaggedEvent",
+    "data_dump",
     "limit_core_num",
     "npu_create_tagged_event",
     "npu_record_tagged_stream",
@@ -27,6 +35,7 @@ __all__ = [
     "npu_tagged_event_record",
     "npu_tagged_event_wait",
     "npu_wait_tensor",
+    "op_never_timeout",
     "stream",
     "super_kernel",
 ]

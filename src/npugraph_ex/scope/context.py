@@ -83,12 +83,14 @@ def limit_core_num(op_aicore_num: int, op_vectorcore_num: int) -> Scope:
     """Ops inside use at most this many cores.
 
     On CPU the cap is on intra-op threads: the larger of the two numbers (a CPU has one kind of
-    core), and never above the count already set.
+    core), and never above the count already set. Either may be 0 (TorchAir's "no cores of
+    that kind"), not both.
     """
     values = (op_aicore_num, op_vectorcore_num)
-    if not all(is_int(v) and v >= 1 for v in values):
+    if not all(is_int(v) and v >= 0 for v in values) or max(values) < 1:
         raise ScopeError(
-            f"limit_core_num takes two ints >= 1 (op_aicore_num, op_vectorcore_num), got {values!r}"
+            "limit_core_num takes two ints >= 0, at least one of them >= 1 (op_aicore_num, "
+            f"op_vectorcore_num), got {values!r}"
         )
     return Scope([AICORE_NUM, VECTORCORE_NUM], [str(v) for v in values])
 
@@ -102,3 +104,19 @@ def super_kernel(scope: str | None, options: str = "") -> Scope:
     if not isinstance(options, str):
         raise ScopeError(f"super_kernel options must be a str, got {options!r}")
     return Scope(["_super_kernel_scope", "_super_kernel_options"], [scope or "", options])
+
+
+def op_never_timeout(enable: bool = True) -> Scope:
+    """TorchAir's block whose ops never time out on Ascend. Accepted and kept in the graph as a
+    block; other devices have no operator timeout, and a one-time warning says so when it first
+    runs."""
+    if not isinstance(enable, bool):
+        raise ScopeError(f"op_never_timeout enable must be a bool, got {enable!r}")
+    return Scope(["_op_exec_never_timeout"], [str(enable)])
+
+
+def data_dump() -> Scope:
+    """TorchAir's block whose ops Ascend dumps. Accepted and kept in the graph as a block; here
+    tensors are dumped by the ``dump_tensor_data`` option (``data_dump_nodes`` picks the ops),
+    and a one-time warning says so when it first runs."""
+    return Scope(["_data_dump"], ["True"])

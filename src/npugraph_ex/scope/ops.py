@@ -77,10 +77,12 @@ def core_numbers(keys: Sequence[str], values: Sequence[str]) -> list[int]:
         try:
             number = int(value)
         except (TypeError, ValueError):
-            number = 0
-        if number < 1:
-            raise ScopeError(f"scope_enter: {key} must be an int >= 1 (as a str), got {value!r}")
+            number = -1
+        if number < 0:
+            raise ScopeError(f"scope_enter: {key} must be an int >= 0 (as a str), got {value!r}")
         numbers.append(number)
+    if numbers and max(numbers) < 1:
+        raise ScopeError(f"scope_enter: a core limit of 0 cores of every kind, got {numbers!r}")
     return numbers
 
 
