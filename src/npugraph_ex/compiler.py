@@ -36,6 +36,7 @@ from npugraph_ex.passes.fuse_patterns import CAPTURE_PATTERNS, DEFER_CAPTURE_PAT
 from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
+from npugraph_ex.passes.stream_blocks import check_balanced
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.platform import platform_for
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
@@ -120,6 +121,7 @@ def lower_graph(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config, name: str
 ) -> LoweredGraph:
     """Run the passes on an AOT inference graph and read the facts of the result."""
+    check_balanced(gm.graph)
     mark_origins(gm.graph)
     dumps_original = config.dump_tensor_data and config.data_dump_stage == "original"
     original = copy_of(gm) if dumps_original else None
@@ -129,6 +131,7 @@ def lower_graph(
     else:
         passes = PassManager(PIPELINE, config, graph_name=name)
         gm = passes(gm, example_inputs)
+    check_balanced(gm.graph)  # as a custom pass left it
     static = static_input_indices(len(example_inputs))
     host = gm.meta.get(HOST_INTS)
     if host is not None:

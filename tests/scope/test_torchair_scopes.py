@@ -188,3 +188,44 @@ def test_bad_blocks_are_refused(call, message: str) -> None:  # noqa: ANN001
     with pytest.raises(ScopeError) as raised:
         call()
     assert str(raised.value) == message
+
+
+def never_closed(x: torch.Tensor) -> torch.Tensor:
+    ENTER(["_user_stream_label"], ["s0"])
+    return x.sin() + 1
+
+
+def closes_nothing(x: torch.Tensor) -> torch.Tensor:
+    y = x.sin()
+    torch.ops.npugraph_ex.scope_exit()
+    return y + 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "pieces"),
+    [
+        (
+            never_closed,
+            [
+                "scope_enter(['_user_stream_label'], ['s0']) at File",
+                'in never_closed: ENTER(["_user_stream_label"], ["s0"]) is never closed',
+                "Close it with scope_exit()",
+            ],
+        ),
+        (
+            closes_nothing,
+            [
+                "scope_exit at File",
+                "in closes_nothing: torch.ops.npugraph_ex.scope_exit() closes no block",
+            ],
+        ),
+    ],
+)
+def test_an_unbalanced_scope_is_refused_at_compile_naming_the_op_and_line(fn, pieces) -> None:  # noqa: ANN001
+    # Before: a capture that recursed forever (an open block waiting on itself) and eager
+    # calls after one warning; a stray scope_exit was taken silently.
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as raised:
+        torch.compile(fn, backend="npugraph_ex")(torch.randn(4))
+    assert isinstance(raised.value.inner_exception, ScopeError)
+    for piece in pieces:
+        assert piece in str(raised.value.inner_exception)

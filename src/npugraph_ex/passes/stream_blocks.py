@@ -126,6 +126,32 @@ def stream_tag(node: torch.fx.Node) -> str | None:
     return values[keys.index(STREAM_LABEL)] if STREAM_LABEL in keys else None
 
 
+def check_balanced(graph: torch.fx.Graph) -> None:
+    """Every ``scope_enter`` closed by a ``scope_exit`` after it, and no ``scope_exit`` without
+    one open (as written by hand, or by a pass that inserts the ops): else a ScopeError naming
+    the op and the line it came from."""
+    open_enters: list[torch.fx.Node] = []
+    for node in graph.nodes:
+        if node.target is SCOPE_ENTER:
+            open_enters.append(node)
+        elif node.target is SCOPE_EXIT:
+            if not open_enters:
+                raise ScopeError(
+                    f"scope_exit at {source_line(node)} closes no block: no scope_enter is "
+                    "open before it. Pair every scope_exit with a scope_enter before it (a "
+                    "`with` block of npugraph_ex.scope pairs them)."
+                )
+            open_enters.pop()
+    if open_enters:
+        enter = open_enters[-1]
+        keys, values = block_of(enter)
+        raise ScopeError(
+            f"scope_enter({keys!r}, {values!r}) at {source_line(enter)} is never closed: no "
+            "scope_exit after it. Close it with scope_exit() (a `with` block of "
+            "npugraph_ex.scope closes it for you)."
+        )
+
+
 def find_lanes(graph: torch.fx.Graph) -> Lanes:
     """Number the stream blocks and give every node its block (the innermost open one)."""
     blocks: list[Block] = []
