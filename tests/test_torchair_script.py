@@ -73,6 +73,18 @@ def test_each_difference_is_said_once(script_run: tuple[Path, Any, list[str]]) -
     assert sum("CompilerConfig().mode is not set" in line for line in warnings) == 1
 
 
+def test_torchair_s_other_spellings_run_as_written(script_run: tuple[Path, Any, list[str]]) -> None:
+    # get_compiler under an AOTAutograd backend of one's own, mode "reduce-overhead" (quiet),
+    # op_never_timeout, data_dump and limit_core_num(n, 0): results equal eager's (asserted in
+    # the script), no warning from Python's warnings.
+    _, report, lines = script_run
+    assert report["spellings_warned"] == []
+    assert report["unbalanced"].startswith("scope_enter(['_user_stream_label'")
+    assert "is never closed: no scope_exit after it" in report["unbalanced"]
+    # The deadlock check's clean line ends in TorchAir's words.
+    assert any(line.endswith("No deadlock risks detected") for line in lines), lines[-20:]
+
+
 MODE_CODE = """
 import logging
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -11,8 +11,10 @@ import json
 import logging
 import os
 import sys
+import warnings
 
 import torch
+from torch._functorch.aot_autograd import aot_module_simplified
 
 import npugraph_ex as torchair
 
@@ -112,6 +114,42 @@ with torch.no_grad():
         worst = max(worst, (got - want).abs().max().item())
         torch.testing.assert_close(got, want)
 
+
+# TorchAir's other spellings: its graph compiler under an AOTAutograd backend of one's own, in
+# the mode Hugging Face's CompileConfig passes, the scopes, and the deadlock check.
+def scoped(x):
+    with torchair.scope.op_never_timeout(True):
+        y = x.sin()
+    with torchair.scope.data_dump():
+        y = y * 2
+    with torchair.scope.limit_core_num(1, 0):
+        return torch.mm(y, y.t()) + 1
+
+
+def never_closed(x):
+    torchair.scope.npu_stream_switch("s0").__enter__()
+    return x.cos()
+
+
+spelled = torchair.CompilerConfig()
+spelled.mode = "reduce-overhead"
+spelled.debug.deadlock_check = True
+compiler = torchair.get_compiler(spelled)
+logging.getLogger().setLevel(logging.INFO)  # the deadlock check says what it found at INFO
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    mine = torch.compile(
+        scoped, backend=lambda gm, inputs: aot_module_simplified(gm, inputs, fw_compiler=compiler)
+    )
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(mine(x), scoped(x))
+try:
+    torch.compile(never_closed, backend=npu_backend)(torch.randn(4))
+    unbalanced = "no error"
+except Exception as error:  # Dynamo wraps the backend's error
+    unbalanced = str(getattr(error, "inner_exception", error))
+
 print(
     json.dumps(
         {
@@ -119,6 +157,8 @@ print(
             "reads": reads,
             "dumps": sum(len(files) for _, _, files in os.walk(os.path.join(work, "dumps"))),
             "graphs": sum(len(files) for _, _, files in os.walk(os.path.join(work, "graphs"))),
+            "spellings_warned": [str(w.message) for w in caught],
+            "unbalanced": unbalanced,
         }
     )
 )

@@ -40,7 +40,7 @@ from npugraph_ex.dynamo_backend import npugraph_ex_backend  # noqa: E402
 from npugraph_ex.passes.patterns import register_replacement  # noqa: E402
 from npugraph_ex.registration import register_backends  # noqa: E402
 from npugraph_ex.runtime import graph_pool_handle  # noqa: E402
-from npugraph_ex.torchair_compat import CompilerConfig, get_npu_backend  # noqa: E402
+from npugraph_ex.torchair_compat import CompilerConfig, get_compiler, get_npu_backend  # noqa: E402
 
 backend = npugraph_ex_backend
 """The backend callable: ``torch.compile(model, backend=npugraph_ex.backend)``."""
@@ -58,6 +58,7 @@ __all__ = [
     "Config",
     "backend",
     "compile_fx",
+    "get_compiler",
     "get_npu_backend",
     "graph_pool_handle",
     "inference",

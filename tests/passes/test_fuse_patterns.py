@@ -58,6 +58,26 @@ def test_registering_a_pattern_twice_with_skip_duplicates_is_a_no_op() -> None:
     )
 
 
+def test_a_given_search_pattern_is_matched_instead_of_the_traced_search_fn(traced) -> None:
+    # TorchAir's and Inductor's search_fn_pattern: the pattern is matched, search_fn (a tanh
+    # here, found nowhere in the model) only names the arguments.
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg
+
+    x = KeywordArg("x")
+    pattern = CallFunction(
+        aten.add.Tensor, CallFunction(aten.sinh.default, x), CallFunction(aten.cosh.default, x)
+    )
+
+    def tanh(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x)
+
+    assert npugraph_ex.register_replacement(tanh, exp, [torch.randn(4)], search_fn_pattern=pattern)
+    graph = traced(model, torch.randn(2, 3))
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    counts = graph.op_counts()
+    assert counts["aten.exp.default"] == 1 and "aten.sinh.default" not in counts
+
+
 def test_a_failing_extra_check_keeps_the_graph(traced) -> None:
     seen = []
 

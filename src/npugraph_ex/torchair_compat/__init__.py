@@ -14,7 +14,12 @@ and what it does here, ``groups`` the config itself, ``backend`` the backend it 
 
 from __future__ import annotations
 
-from npugraph_ex.torchair_compat.backend import ConfiguredBackend, TorchAirPass, get_npu_backend
+from npugraph_ex.torchair_compat.backend import (
+    ConfiguredBackend,
+    TorchAirPass,
+    get_compiler,
+    get_npu_backend,
+)
 from npugraph_ex.torchair_compat.groups import CompilerConfig, OptionGroup
 from npugraph_ex.torchair_compat.values import OptionValue
 
@@ -24,5 +29,6 @@ __all__ = [
     "OptionGroup",
     "OptionValue",
     "TorchAirPass",
+    "get_compiler",
     "get_npu_backend",
 ]

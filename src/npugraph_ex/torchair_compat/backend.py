@@ -21,7 +21,7 @@ from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import ConfigTypeError
 from npugraph_ex.torchair_compat.groups import CUSTOM_PASSES, CompilerConfig
 
-__all__ = ["ConfiguredBackend", "TorchAirPass", "get_npu_backend"]
+__all__ = ["ConfiguredBackend", "TorchAirPass", "get_compiler", "get_npu_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,21 @@ def get_npu_backend(
     warn_unused_fields(compiler_config)
     say_mode(compiler_config)
     return ConfiguredBackend(options, compiler_config.copy())
+
+
+def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:
+    """TorchAir's ``get_compiler``: the graph compiler the backend runs on AOTAutograd's graph,
+    configured by ``compiler_config``, for a backend of your own::
+
+        compiler = get_compiler(config)
+        backend = lambda gm, inputs: aot_module_simplified(gm, inputs, fw_compiler=compiler)
+
+    It takes ``(gm, example_inputs)`` and returns a callable taking its arguments boxed (one
+    list), as AOTAutograd expects (``compiler.compile_fx`` with the config's options)."""
+    from npugraph_ex.compiler import compile_fx
+
+    backend = get_npu_backend(compiler_config=compiler_config)
+    return functools.partial(compile_fx, options=backend.merged({}))
 
 
 def make_data_dump_folder(config: CompilerConfig) -> None:

@@ -109,13 +109,16 @@ def register_replacement(
     extra_check: Callable[[Any], bool] | None = None,
     scalar_workaround: dict[str, float | int] | None = None,
     skip_duplicates: bool = False,
+    search_fn_pattern: Any = None,
 ) -> bool:
     """Replace every match of ``search_fn`` in compiled graphs by ``replace_fn``.
 
     ``example_inputs`` are traced through both functions (tensors of any size: matches are
     re-checked with their own shapes); ``extra_check(match)`` may refuse a match;
     ``skip_duplicates=True`` makes registering the same pattern twice a no-op instead of an
-    error. Returns whether the pattern was added.
+    error; ``search_fn_pattern`` (an Inductor ``PatternExpr``, as TorchAir and Inductor take it)
+    is matched instead of the graph traced from ``search_fn``. Returns whether the pattern was
+    added.
 
     ``scalar_workaround`` maps each number (float or int) argument of ``search_fn`` to an example
     value (``{"scale": 0.1}``): the pattern is traced with it and binds, in each match, the
@@ -140,6 +143,7 @@ def register_replacement(
         extra_check,
         scalar_workaround=scalar_workaround,
         skip_duplicates=skip_duplicates,
+        search_fn_pattern=search_fn_pattern,
     )
 
 
