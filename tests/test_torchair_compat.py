@@ -821,3 +821,22 @@ def test_static_kernel_sym_options_mean_the_same_in_every_spelling(
         outcome(lambda: through_config(nested)),
     ]
     assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
+@torch.no_grad()
+def test_break_graph_op_list_is_said_not_applied_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("BREAK_GRAPH_OP_LIST", "SLICE,NN.CONV3D")
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for fn in (lambda x: x[1:] + 1, lambda x: x[:2] * 2):
+            compiled = torch.compile(fn, backend="npugraph_ex")
+            x = torch.randn(4)
+            assert torch.equal(compiled(x), fn(x))
+    said = [r.getMessage() for r in caplog.records if "BREAK_GRAPH_OP_LIST" in r.getMessage()]
+    assert said == [
+        "npugraph_ex: BREAK_GRAPH_OP_LIST='SLICE,NN.CONV3D' is TorchAir's patch of Dynamo and is "
+        "not applied here: the listed ops stay in the graph. Break the graph where you need it "
+        "with torch._dynamo.graph_break(), or keep a module out of it with "
+        "torch.compiler.disable."
+    ]

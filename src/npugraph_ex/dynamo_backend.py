@@ -9,6 +9,8 @@ holds become guarded constants (``model_floats``), which may send Dynamo to trac
 from __future__ import annotations
 
 import functools
+import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,8 +19,29 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from npugraph_ex.compiler import LoweredGraph, compile_eagerly, compile_graph
 from npugraph_ex.config import Config
+from npugraph_ex.debug.once import log_once
 from npugraph_ex.kernels.tier import KernelStore
 from npugraph_ex.model_floats import specialise_model_floats
+
+log = logging.getLogger(__name__)
+
+
+def warn_break_graph_op_list() -> None:
+    """TorchAir's ``BREAK_GRAPH_OP_LIST`` (``"SLICE,NN.CONV3D"``) patches Dynamo, when TorchAir
+    is imported, to break graphs at the listed ops and modules; it is not applied here, and a
+    script that sets it is told so once, with the fix."""
+    listed = os.environ.get("BREAK_GRAPH_OP_LIST")
+    if listed:
+        log_once(
+            log,
+            logging.WARNING,
+            "BREAK_GRAPH_OP_LIST",
+            "npugraph_ex: BREAK_GRAPH_OP_LIST=%r is TorchAir's patch of Dynamo and is not "
+            "applied here: the listed ops stay in the graph. Break the graph where you need it "
+            "with torch._dynamo.graph_break(), or keep a module out of it with "
+            "torch.compiler.disable.",
+            listed,
+        )
 
 
 def npugraph_ex_backend(
@@ -39,6 +62,7 @@ def npugraph_ex_backend(
     """
     specialise_model_floats(gm)  # may send Dynamo to trace again: before anything is built
     config = Config.from_options(options, mode=mode)
+    warn_break_graph_op_list()
     if config.mode == "max-autotune":
         from torch._inductor.compile_fx import compile_fx as inductor_compile
         from torch._inductor.decomposition import select_decomp_table
