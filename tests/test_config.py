@@ -74,6 +74,7 @@ OPTIONS = [
     ("background_compiles_in_flight", 2, 2, 0, "an int >= 1", ConfigError),
     ("background_min_gain", 2, 2.0, 0, "a number > 0 (int or float)", ConfigError),
     ("background_cores", 0, 0, -1, "an int >= 0", ConfigError),
+    ("background_compile_seconds", 30, 30.0, 0, "a number > 0 (int or float)", ConfigError),
     ("disable_static_kernel_compile_cache", True, True, 1, BOOL, ConfigTypeError),
     ("static_kernel_sym_index", 2, 2, -1, "an int >= 0", ConfigError),
     (

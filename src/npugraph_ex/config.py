@@ -127,6 +127,11 @@ class Config:
     they run (the compile process and the kernels' first run pinned to the last ones; replays
     of the graph's keys use fewer intra-op threads meanwhile); 0 shares every core."""
 
+    background_compile_seconds: float = checked_field(600.0, check_gain)
+    """With ``static_kernel_compile="background"``: the longest a compile may take; a compile
+    process that has not answered by then is killed, the key keeps its ATen replay (one
+    warning), and the next compile starts a new process."""
+
     disable_static_kernel_compile_cache: bool = checked_field(False, check_bool)
     """Compile static kernels afresh instead of reusing the on-disk cache."""
 

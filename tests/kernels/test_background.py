@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+import npugraph_ex
 from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.kernels.cores import background_cores, serving_threads, usable_cores
@@ -129,6 +130,32 @@ def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
     assert tiers() == {"aten kept: failed": 1}
     said = [r.getMessage() for r in caplog.records if "background kernels failed" in r.getMessage()]
     assert len(said) == 1 and "the compile worker process exited" in said[0]
+
+
+@torch.no_grad()
+def test_a_compile_past_its_time_limit_is_killed_and_the_next_gets_a_new_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = mlp()
+    PROCESSES.shutdown()
+    # A new worker takes seconds to start: 50 ms is surely too little for its compile.
+    fn = compiled(model, background_compile_after=1, background_compile_seconds=0.05)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        call_until_settled(fn, model)
+        call_until_settled(fn, model)
+    assert tiers() == {"aten kept: failed": 1}
+    said = [r.getMessage() for r in caplog.records if "background kernels failed" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "the compile took more than 0.05 s: its process was killed" in said[0]
+    killed = [p.process for p in PROCESSES.processes]
+    assert all(process.poll() is not None for process in killed)
+    # The next compile, with time enough, gets a new worker and its kernels.
+    npugraph_ex.reset_stats()
+    other_model = mlp()
+    other = compiled(other_model, background_min_gain=0.01)
+    call_until_settled(other, other_model)
+    assert tiers() == {"kernels": 1}
+    assert any(p.alive and p.process not in killed for p in PROCESSES.processes)
 
 
 @torch.no_grad()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -74,20 +75,32 @@ class CompileProcess:
         """Alive and idle for less than half ``IDLE_SECONDS``: safe to give a request."""
         return self.alive and time.monotonic() - self.idle_since < IDLE_SECONDS / 2
 
-    def start(self, request: Sequence[bytes], reply: Callable[[Any], None]) -> None:
+    def start(self, request: Sequence[bytes], reply: Callable[[Any], None], seconds: float) -> None:
         """Send ``request`` from a thread of its own, which calls ``reply`` with the reply (or
-        None when the process died)."""
+        None when the process died, or a failure when it took more than ``seconds``)."""
         self.busy = True
         self.reply = reply
         self.thread = threading.Thread(
-            target=self.exchange, args=(request, reply), name="npugraph_ex-compile", daemon=True
+            target=self.exchange,
+            args=(request, reply, seconds),
+            name="npugraph_ex-compile",
+            daemon=True,
         )
         self.thread.start()
 
-    def exchange(self, request: Sequence[bytes], reply: Callable[[Any], None]) -> None:
+    def exchange(
+        self, request: Sequence[bytes], reply: Callable[[Any], None], seconds: float
+    ) -> None:
         try:
             write_message(self.process.stdin, *request)
-            answer = read_message(self.process.stdout)
+            if select.select([self.process.stdout], [], [], seconds)[0]:
+                answer = read_message(self.process.stdout)
+            else:  # a hung compile: the process goes, the next compile gets a new one
+                self.process.kill()
+                answer = (
+                    False,
+                    f"the compile took more than {seconds:g} s: its process was killed",
+                )
         except (OSError, ValueError):  # the process died, or was stopped, before it answered
             answer = None
         self.busy = False
@@ -141,10 +154,12 @@ class CompileProcesses:
         request: Callable[[], Sequence[bytes]],
         reply: Callable[[Any], None],
         cores: int,
+        seconds: float = 600.0,
     ) -> bool:
         """Send the frames ``request()`` makes (called only when a process is free) to a free
-        compile process, its reply to ``reply``; False while ``limit`` compiles are in flight.
-        A new process runs on the last ``cores`` cores (``cores``)."""
+        compile process, its reply to ``reply`` (a failure after ``seconds``); False while
+        ``limit`` compiles are in flight. A new process runs on the last ``cores`` cores
+        (``cores``)."""
         with self.lock:
             stale = [p for p in self.processes if not p.busy and not p.fresh]
             self.processes = [p for p in self.processes if p.busy or p.fresh]
@@ -155,7 +170,7 @@ class CompileProcesses:
                 if not idle:
                     self.processes.append(process)
                 self.in_flight += 1
-                process.start(request(), reply)
+                process.start(request(), reply, seconds)
         for process in stale:  # unlocked: its thread may still be replying, which takes the lock
             process.stop()
         return sent

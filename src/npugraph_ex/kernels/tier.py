@@ -166,6 +166,7 @@ class KernelTier:
         self.limit = config.background_compiles_in_flight
         self.min_gain = config.background_min_gain
         self.cores = config.background_cores
+        self.seconds = config.background_compile_seconds
         self.chooses = config.static_kernels_for
         self.threads = torch.get_num_threads()
         """The intra-op threads of calls, read here: a replay during a compile runs with fewer
@@ -279,7 +280,7 @@ class KernelTier:
             return self.graph, message(arguments)
 
         made.in_flight = True  # before the reply can come: a quick failure leaves flight
-        if not PROCESSES.submit(self.limit, request, made.received, self.cores):
+        if not PROCESSES.submit(self.limit, request, made.received, self.cores, self.seconds):
             made.in_flight = False
             return None
         self.sent += 1
