@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -272,3 +273,41 @@ def test_a_forked_child_serves_and_leaves_the_parents_compile_processes_alone() 
     assert report["workers_at_fork"] == 1 and report["workers_alive_after_child"] == [True]
     assert report["parent_later"] == ["kernels"] or report["parent_later"] == ["aten kept: slower"]
     assert report["parent_results"] == [True, True]
+
+
+def pid_gone(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(")")[-1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_serving_process_leaves_no_compile_process_behind(signal_number) -> None:  # noqa: ANN001
+    # SIGKILL and SIGTERM end the process at once: the compile process sees its pipe close.
+    # SIGINT is a KeyboardInterrupt in the serving thread: the exit handlers kill it.
+    serving = subprocess.Popen(
+        [sys.executable, str(HERE / "serving_run.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        worker = json.loads(serving.stdout.readline())["worker"]
+        serving.send_signal(signal_number)
+        _, stderr = serving.communicate(timeout=60)
+    finally:
+        serving.kill()
+    assert pid_gone(worker, 60), f"compile process {worker} outlived the serving process"
+    if signal_number == signal.SIGINT:
+        assert "KeyboardInterrupt" in stderr
+        # The traceback is the serving thread's; none comes from a thread of ours.
+        assert "Exception in thread" not in stderr and "Traceback" in stderr, stderr[-2000:]
+        assert stderr.count("Traceback") == 1, stderr[-2000:]
