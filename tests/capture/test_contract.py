@@ -465,3 +465,21 @@ def test_inference_mode_replays_like_no_grad(device: str) -> None:
             assert torch.equal(fn(graph_cache, pos, x), model(eager_cache, pos, x))
         assert torch.equal(graph_cache, eager_cache)
     assert totals()["replays"] == 2
+
+
+@torch.no_grad()
+def test_a_key_dropped_while_another_call_holds_it_runs_that_call_eagerly() -> None:
+    # Two threads: one call finds a key, another drops it (its parameters were replaced)
+    # before the first replays: the first runs eagerly instead of replaying a released graph.
+    before = live_graph_numbers()
+    fn = torch.compile(lambda x: x.sin() + 1, backend="npugraph_ex")
+    x = torch.randn(4)
+    fn(x)
+    (manager,) = managers_since(before)
+    (key,) = manager.entries
+    entry = manager.entries.pop(key)
+    manager.release_entry(entry)
+    (out,) = manager.replay(entry, [x])
+    assert torch.equal(out, x.sin() + 1)
+    (graph,) = graphs_called()
+    assert graph["eager_calls"] == {"key dropped by another call": 1}

@@ -45,6 +45,8 @@ class CapturedKey:
     staged: io.StagedInputs
     pool: Any
     replays: int = 0
+    released: bool = False
+    """Dropped while another thread had it in hand: that call runs eagerly (``replay``)."""
 
 
 class CaptureManager:
@@ -108,6 +110,8 @@ class CaptureManager:
             # The debug check of frozen_parameter's promise (logger npugraph_ex at DEBUG).
             self.layout.check_frozen(args, entry.staged, self.stats.name, entry.label)
         with self.runtime.pool_lock(entry.pool), profiled("replay", self.stats.name, entry.label):
+            if entry.released:  # another thread's call dropped the key since this one found it
+                return self.run_eager(args, "key dropped by another call")
             try:
                 io.refresh(entry.staged.copies, args)
                 raw = entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
@@ -146,7 +150,7 @@ class CaptureManager:
     def capture(self, key: tuple, args: list[Any], *, recapture_reason: str | None) -> list[Any]:
         old = self.entries.pop(key, None)
         if old is not None:
-            old.graph.release()
+            self.release_entry(old)
         staged = self.layout.stage(args, clone_input=self.config.clone_input)
         key = self.layout.stored_key(key)
         pool = self.pools.for_new_key()
@@ -224,12 +228,14 @@ class CaptureManager:
         current = self.layout.parameter_addresses(args)
         stale = [
             key
-            for key, entry in self.entries.items()
+            for key, entry in list(self.entries.items())  # another thread may add or drop one
             if entry.staged.parameter_addresses != current and not entry.staged.parameters_current()
         ]
         for key in stale:
-            self.entries.pop(key).graph.release()
-            self.stats.dropped("parameters replaced")
+            entry = self.entries.pop(key, None)
+            if entry is not None:  # else another thread's call dropped it first
+                self.release_entry(entry)
+                self.stats.dropped("parameters replaced")
 
     def refuse(self, reason: str) -> None:
         """Stop capturing this graph: every later call runs eagerly (or raises when strict)."""
@@ -244,7 +250,14 @@ class CaptureManager:
         for entry in self.entries.values():
             entry.replays = 0
 
-    def release(self) -> None:
-        for entry in self.entries.values():
+    def release_entry(self, entry: CapturedKey) -> None:
+        """Release a key taken out of ``entries``, under its pool's lock: a call of another
+        thread replaying it finishes first, and one that found it before it went runs eagerly."""
+        with self.runtime.pool_lock(entry.pool):
+            entry.released = True
             entry.graph.release()
+
+    def release(self) -> None:
+        for entry in list(self.entries.values()):
+            self.release_entry(entry)
         self.entries.clear()
