@@ -55,14 +55,17 @@ def tiers() -> dict[str, int]:
 
 
 def call_until_settled(
-    fn: Callable[..., torch.Tensor], model: torch.nn.Module, device: str = "cpu"
+    fn: Callable[..., torch.Tensor],
+    model: torch.nn.Module,
+    device: str = "cpu",
+    inputs: Callable[[], torch.Tensor] | None = None,
 ) -> int:
-    """Call with new inputs until the key leaves ATen or the trial, checking every result
-    against eager; the calls made."""
+    """Call with new inputs (``inputs()``, else 4 x 32) until the keys leave ATen or the trial,
+    checking every result against eager; the calls made."""
     deadline = time.monotonic() + SETTLE_SECONDS
     calls = 0
     while time.monotonic() < deadline:
-        x = torch.randn(4, 32, device=device)
+        x = inputs() if inputs is not None else torch.randn(4, 32, device=device)
         torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
         calls += 1
         if not {"aten", "queued", "pending", "trial"} & set(tiers()):
@@ -156,6 +159,33 @@ def test_a_compile_past_its_time_limit_is_killed_and_the_next_gets_a_new_worker(
     call_until_settled(other, other_model)
     assert tiers() == {"kernels": 1}
     assert any(p.alive and p.process not in killed for p in PROCESSES.processes)
+
+
+@torch.no_grad()
+def test_many_compiled_functions_share_one_compile_process_and_outlive_its_death() -> None:
+    # One function settles; its idle compile process is killed between compiles; two more go
+    # hot together: compiles in flight are bounded per process (default 1), not per graph,
+    # and the next compile starts a new process.
+    PROCESSES.shutdown()
+    models = [torch.nn.Linear(16 * (i + 1), 8) for i in range(3)]
+    fns = [compiled(m, background_min_gain=0.01) for m in models]
+    call_until_settled(fns[0], models[0], inputs=lambda: torch.randn(4, 16))
+    (first,) = [p.process for p in PROCESSES.processes]
+    first.kill()
+    first.wait()
+    most_alive = 0
+    deadline = time.monotonic() + 2 * SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        for model, fn in zip(models[1:], fns[1:], strict=True):
+            x = torch.randn(4, model.in_features)
+            torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
+        most_alive = max(most_alive, sum(p.alive for p in PROCESSES.processes))
+        if all(set(g["background"]) == {"kernels"} for g in graphs_called()):
+            break
+        time.sleep(0.01)
+    assert [set(g["background"]) for g in graphs_called()] == [{"kernels"}] * 3
+    assert most_alive == 1
+    assert [p.process.pid != first.pid for p in PROCESSES.processes] == [True]
 
 
 @torch.no_grad()
