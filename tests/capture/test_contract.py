@@ -483,3 +483,31 @@ def test_a_key_dropped_while_another_call_holds_it_runs_that_call_eagerly() -> N
     assert torch.equal(out, x.sin() + 1)
     (graph,) = graphs_called()
     assert graph["eager_calls"] == {"key dropped by another call": 1}
+
+
+@torch.no_grad()
+def test_threads_calling_new_shapes_at_once_capture_no_more_than_the_limit() -> None:
+    import threading
+
+    fn = torch.compile(
+        lambda x: x * 2 + 1, backend="npugraph_ex", dynamic=True, options={"capture_limit": 2}
+    )
+    fn(torch.randn(9))  # compiled and a first key captured before the threads start
+    barrier = threading.Barrier(6)
+    failures = []
+
+    def call(length: int) -> None:
+        barrier.wait()
+        x = torch.randn(length)
+        with torch.no_grad():  # grad mode is per thread
+            if not torch.equal(fn(x), x * 2 + 1):
+                failures.append(length)
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(2, 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (graph,) = graphs_called()
+    assert not failures and graph["captures"] == 2
+    assert graph["eager_calls"] == {"capture_limit": 5}

@@ -71,6 +71,8 @@ class CaptureManager:
         self.layout = io.InputLayout(facts, frozen=config.frozen_parameter)
         self.pools = PoolPolicy(config, runtime)
         self.entries: dict[tuple, CapturedKey] = {}
+        self.capturing = threading.Lock()
+        """Held while a call checks ``capture_limit`` and captures a new key."""
         self.captures_made = 0
         self.blocker = None if config.force_eager else facts.blocker
         self.stats = GraphStats(name, facts.device_type, live_view(self))
@@ -89,12 +91,19 @@ class CaptureManager:
         key = self.layout.key_of(args)
         entry = self.entries.get(key)
         if entry is None:
-            self.drop_keys_of_replaced_parameters(args)
-            if len(self.entries) >= self.config.capture_limit:
-                limit, captured = self.config.capture_limit, len(self.entries)
+            # One thread at a time checks the limit and captures: two calls of new keys would
+            # otherwise both pass the check (7 keys under capture_limit=6, seen in a soak).
+            with self.capturing:
+                entry = self.entries.get(key)  # another thread's call may have captured it
+                if entry is None:
+                    self.drop_keys_of_replaced_parameters(args)
+                    captured = len(self.entries)
+                    if captured < self.config.capture_limit:
+                        return self.capture(key, args, recapture_reason=None)
+            if entry is None:  # eagerly, outside the lock
+                limit = self.config.capture_limit
                 notices.say_limit(self.stats.name, self.number, limit, captured)
                 return self.run_eager(args, "capture_limit")
-            return self.capture(key, args, recapture_reason=None)
         if self.config.force_recapture:
             return self.capture(key, args, recapture_reason="force_recapture")
         if self.layout.mutated_addresses(args) != entry.staged.mutated_addresses:
