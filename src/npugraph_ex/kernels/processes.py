@@ -43,6 +43,10 @@ FORKED = -1000
 """The return code a forked child gives the parent's processes (``disown``): never polled."""
 
 
+def ignore_reply(answer: Any) -> None:
+    """The reply of a process that was never sent a request."""
+
+
 class CompileProcess:
     """One compile process and the compile it runs, if any."""
 
@@ -64,7 +68,8 @@ class CompileProcess:
         self.idle_since = time.monotonic()
         self.thread: threading.Thread | None = None
         """The thread of the request in flight, or of the last one."""
-        self.reply: Callable[[Any], None] | None = None
+        self.reply: Callable[[Any], None] = ignore_reply
+        """Where the reply of the request in flight, or of the last one, goes."""
 
     @property
     def alive(self) -> bool:
@@ -81,16 +86,11 @@ class CompileProcess:
         self.busy = True
         self.reply = reply
         self.thread = threading.Thread(
-            target=self.exchange,
-            args=(request, reply, seconds),
-            name="npugraph_ex-compile",
-            daemon=True,
+            target=self.exchange, args=(request, seconds), name="npugraph_ex-compile", daemon=True
         )
         self.thread.start()
 
-    def exchange(
-        self, request: Sequence[bytes], reply: Callable[[Any], None], seconds: float
-    ) -> None:
+    def exchange(self, request: Sequence[bytes], seconds: float) -> None:
         try:
             write_message(self.process.stdin, *request)
             if select.select([self.process.stdout], [], [], seconds)[0]:
@@ -105,7 +105,7 @@ class CompileProcess:
             answer = None
         self.busy = False
         self.idle_since = time.monotonic()
-        reply(answer)
+        self.reply(answer)
 
     def disown(self) -> None:
         """In a forked child: close this process's copies of the pipes and answer the compile
@@ -114,7 +114,7 @@ class CompileProcess:
             if pipe is not None:
                 release_descriptor(pipe.fileno())
         self.process.returncode = FORKED  # not the child's to wait for or kill
-        if self.busy and self.reply is not None:
+        if self.busy:
             self.busy = False
             self.reply((False, "the process forked while this compile ran for its parent"))
 
@@ -154,7 +154,7 @@ class CompileProcesses:
         request: Callable[[], Sequence[bytes]],
         reply: Callable[[Any], None],
         cores: int,
-        seconds: float = 600.0,
+        seconds: float,
     ) -> bool:
         """Send the frames ``request()`` makes (called only when a process is free) to a free
         compile process, its reply to ``reply`` (a failure after ``seconds``); False while
