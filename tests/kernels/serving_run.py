@@ -7,6 +7,7 @@ compile process, prints ``{"worker": PID}`` and keeps serving calls until a sign
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -15,6 +16,9 @@ import torch
 
 def main() -> None:
     from npugraph_ex.kernels.processes import PROCESSES
+
+    # Ctrl-C as an interactive Python has it, even when started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8))

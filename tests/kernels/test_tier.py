@@ -289,6 +289,22 @@ def pid_gone(pid: int, seconds: float) -> bool:
     return False
 
 
+def signal_until_gone(process: subprocess.Popen, signal_number: int) -> str:
+    """Send ``signal_number`` until ``process`` ends (as one presses Ctrl-C again); its stderr.
+
+    Dynamo runs a few of its guards in Python and takes an exception raised in one as a failed
+    guard: a SIGINT whose KeyboardInterrupt lands there is swallowed (the frame compiles again),
+    with any backend. It lands there about once in ten runs of ``serving_run.py``.
+    """
+    for _ in range(6):
+        process.send_signal(signal_number)
+        try:
+            return process.communicate(timeout=10)[1]
+        except subprocess.TimeoutExpired:
+            continue
+    raise AssertionError(f"the serving process outlived six signals {signal_number}")
+
+
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_signalled_serving_process_leaves_no_compile_process_behind(signal_number) -> None:  # noqa: ANN001
     # SIGKILL and SIGTERM end the process at once: the compile process sees its pipe close.
@@ -301,8 +317,7 @@ def test_a_signalled_serving_process_leaves_no_compile_process_behind(signal_num
     )
     try:
         worker = json.loads(serving.stdout.readline())["worker"]
-        serving.send_signal(signal_number)
-        _, stderr = serving.communicate(timeout=60)
+        stderr = signal_until_gone(serving, signal_number)
     finally:
         serving.kill()
     assert pid_gone(worker, 60), f"compile process {worker} outlived the serving process"
