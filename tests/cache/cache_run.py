@@ -15,6 +15,7 @@ import argparse
 import copy
 import json
 import logging
+import shutil
 import sys
 
 import torch
@@ -37,6 +38,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="of the model and its inputs")
     parser.add_argument("--shapes", default="3x16,5x16,3x16")
     parser.add_argument("--static", action="store_true")
+    parser.add_argument(
+        "--delete-after", type=int, default=0, help="delete the cache folder after this many calls"
+    )
     args = parser.parse_args()
     sys.path.insert(0, args.model_dir)
     warnings = Warnings()
@@ -58,9 +62,11 @@ def main() -> None:
     )
     output_diffs = []
     with torch.no_grad():
-        for shape in args.shapes.split(","):
+        for number, shape in enumerate(args.shapes.split(","), 1):
             x = torch.randn(*[int(n) for n in shape.split("x")]).to(dtype)
             output_diffs.append(float((cached(x) - reference(x)).abs().max()))
+            if number == args.delete_after:
+                shutil.rmtree(args.cache_dir)
     from torch._dynamo.utils import counters
 
     report = {

@@ -137,6 +137,36 @@ def test_an_unwritable_cache_folder_runs_uncached_with_one_warning(
     assert "cannot write the cache" in warning and "runs uncached" in warning
 
 
+def test_a_full_cache_folder_runs_uncached_with_one_warning_and_leaves_no_part(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    full = run_fresh(model_dir, tmp_path / "cache", largest_file=1024)  # every entry is larger
+    assert full["max_output_diff"] == 0.0 and full["buffer_diff"] == 0.0
+    assert full["info"]["saved"] == 0
+    [warning] = full["warnings"]
+    assert "cannot write the cache" in warning and "File too large" in warning
+    written = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert [(p.name, p.stat().st_size) for p in written] == [("compiled_module.lock", 0)]
+
+    room = run_fresh(model_dir, tmp_path / "cache")  # room again: stored as if never full
+    assert room["info"]["saved"] == 1 and room["warnings"] == []
+    assert run_fresh(model_dir, tmp_path / "cache")["traced"] == 0
+
+
+def test_a_cache_folder_deleted_under_a_running_process_is_written_again(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "cache"
+    deleted = run_fresh(model_dir, cache_dir, "--shapes", "3x16,3x16,5x2x16", "--delete-after", "2")
+    assert deleted["max_output_diff"] == 0.0 and deleted["buffer_diff"] == 0.0
+    assert deleted["warnings"] == []
+    assert deleted["info"]["saved"] == 2  # the second variant went to a new folder
+    [path] = entries(cache_dir)
+    assert len(load_variants_at(path)) == 1  # the first was deleted with the folder
+    warm = run_fresh(model_dir, cache_dir, "--shapes", "5x2x16")
+    assert warm["traced"] == 0 and warm["max_output_diff"] == 0.0
+
+
 def test_two_processes_writing_one_entry_leave_one_valid_entry(
     model_dir: Path, tmp_path: Path
 ) -> None:

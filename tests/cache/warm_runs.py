@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -43,13 +44,21 @@ def write_model(folder: Path, edit: str = "") -> Path:
     return folder
 
 
-def run_fresh(model_dir: Path, cache_dir: Path, *flags: str) -> dict[str, Any]:
-    """``cache_run.py`` in a new Python process; its JSON report."""
+def run_fresh(
+    model_dir: Path, cache_dir: Path, *flags: str, largest_file: int | None = None
+) -> dict[str, Any]:
+    """``cache_run.py`` in a new Python process; its JSON report. ``largest_file``: the most
+    bytes a file the process writes may hold (``RLIMIT_FSIZE``: a full disk, to the writer)."""
+
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (largest_file, largest_file))
+
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [sys.executable, str(RUN), "--model-dir", str(model_dir), "--cache-dir", str(cache_dir),
          *flags],
         capture_output=True, text=True, env=env, timeout=600, check=False,
+        preexec_fn=None if largest_file is None else limit_files,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import time
+from collections import Counter
 
 import torch
 
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", required=True)
     parser.add_argument("--rows", default="4", help="comma-separated row counts, one key each")
     parser.add_argument("--dynamic", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="of the model's weights")
     args = parser.parse_args()
     messages = Messages()
     logging.getLogger("npugraph_ex").addHandler(messages)
@@ -54,7 +56,7 @@ def main() -> None:
     import npugraph_ex.inference
     from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = Mlp()
     options = {"static_kernel_compile": "background", "background_compile_after": 2,
                "background_min_gain": 0.01}  # fmt: skip
@@ -71,17 +73,20 @@ def main() -> None:
                 x = torch.randn(n, 32)
                 largest_diff = max(largest_diff, float((cached(x) - model(x)).abs().max()))
                 calls += 1
-            (manager,) = managers_since(before)
-            states = manager.stats.summary()["background"]
+            managers = managers_since(before)  # one per graph: static keys of other sizes
+            states = dict(sum((Counter(m.stats.summary()["background"]) for m in managers), Counter()))
             if not {"aten", "queued", "pending", "trial"} & set(states):
                 break
             time.sleep(0.01)
     report = {
         "states": states,
-        "compiles": manager.programs.kernels.sent,
+        "compiles": sum(m.programs.kernels.sent for m in managers),
         "calls": calls,
         "trial_calls": sum(
-            len(times) for e in manager.entries.values() for times in e.graph.times.values()
+            len(times)
+            for m in managers
+            for e in m.entries.values()
+            for times in e.graph.times.values()
         ),
         "max_output_diff": largest_diff,
         "info": cached.cache_info(),

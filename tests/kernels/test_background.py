@@ -38,10 +38,12 @@ def compiled(
     return torch.compile(model, backend="npugraph_ex", dynamic=dynamic, options=options)
 
 
-def compiling_in_a_new_worker(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+def compiling_in_a_new_worker(
+    model: torch.nn.Module, **options: object
+) -> Callable[..., torch.Tensor]:
     """``model`` compiled, called until its key is hot, its compile sent to a new worker: one
     that takes seconds to start, so the compile is surely still in flight after the call."""
-    fn = compiled(model, background_compile_after=1)
+    fn = compiled(model, background_compile_after=1, **options)
     x = torch.randn(4, 32)
     fn(x)
     PROCESSES.shutdown()
@@ -133,6 +135,49 @@ def test_a_killed_worker_leaves_the_aten_replay_and_one_warning(
     assert tiers() == {"aten kept: failed": 1}
     said = [r.getMessage() for r in caplog.records if "background kernels failed" in r.getMessage()]
     assert len(said) == 1 and "the compile worker process exited" in said[0]
+
+
+@torch.no_grad()
+def test_a_worker_killed_while_its_kernels_load_leaves_them_serving(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The reply's bytes are the serving process's once they arrive: the worker's death after
+    # it answered (here, before the serving thread's next call loads them) changes nothing.
+    model = mlp()
+    fn = compiling_in_a_new_worker(model, background_min_gain=0.01)
+    (worker,) = PROCESSES.processes
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while worker.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not worker.busy and tiers() == {"pending": 1}  # answered; loading is a call's
+    worker.process.kill()
+    worker.process.wait()
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        call_until_settled(fn, model)
+    assert tiers() == {"kernels": 1}
+    assert not [r for r in caplog.records if "background kernels" in r.getMessage()]
+
+
+@pytest.mark.parametrize("through_data", [False, True], ids=["in place", "through .data"])
+@torch.no_grad()
+def test_weights_reloaded_while_their_compile_runs_serve_from_the_swapped_kernels(
+    through_data: bool,
+) -> None:
+    # The compile was sent with the old weights' graph; the kernels it returns take the
+    # weights as arguments, so after the swap they compute with the new ones.
+    model = mlp()
+    fn = compiling_in_a_new_worker(model, background_min_gain=0.01)
+    assert tiers() == {"pending": 1}
+    for parameter in model.parameters():
+        new = torch.rand_like(parameter) * 0.2 - 0.1  # as ``nn.Linear`` draws them
+        if through_data:
+            parameter.data = new
+        else:
+            parameter.copy_(new)
+    call_until_settled(fn, model)  # every call against eager with the new weights
+    assert tiers() == {"kernels": 1}
+    x = torch.randn(4, 32)
+    torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 @torch.no_grad()

@@ -82,3 +82,25 @@ def test_stored_kernels_that_do_not_load_are_compiled_again(tmp_path: Path) -> N
     assert warm["states"] == {"kernels": 2}, warm  # both keys, not only the first to see it
     assert warm["compiles"] == 1 and warm["warnings"] == []
     assert warm["max_output_diff"] < 1e-5
+
+
+def test_stored_kernels_serve_other_weights(tmp_path: Path) -> None:
+    # The weights are the kernels' arguments, never baked in: a process whose model was loaded
+    # with other weights starts on the same stored kernels and gives its own weights' results.
+    run_fresh(tmp_path, "--rows", "4")
+    warm = run_fresh(tmp_path, "--rows", "4", "--seed", "1")
+    assert warm["states"] == {"kernels": 1} and warm["compiles"] == 0, warm
+    assert warm["max_output_diff"] < 1e-5 and warm["warnings"] == []
+
+
+def test_a_kernel_file_swapped_for_another_keys_is_refused_by_its_key(tmp_path: Path) -> None:
+    # Each file names the sizes it was compiled for inside its checked payload: a file put in
+    # another key's place (copied over it) serves only the key it was built for, and the key
+    # whose file it replaced compiles again instead of calling kernels built for other sizes.
+    run_fresh(tmp_path, "--rows", "4,6")
+    first, second = kernel_files(tmp_path)
+    first.write_bytes(second.read_bytes())
+
+    warm = run_fresh(tmp_path, "--rows", "4,6")
+    assert warm["states"] == {"kernels": 2}, warm
+    assert warm["compiles"] == 1 and warm["max_output_diff"] < 1e-5
