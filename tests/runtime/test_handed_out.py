@@ -9,12 +9,14 @@ the real error).
 from __future__ import annotations
 
 import gc
+import logging
 
 import pytest
 import torch
 
+from npugraph_ex.debug import once
 from npugraph_ex.runtime import handed_out
-from npugraph_ex.runtime.handed_out import OVERWRITTEN, HandedOut
+from npugraph_ex.runtime.handed_out import HELD_OVERWRITTEN, OVERWRITTEN, HandedOut
 
 
 @pytest.fixture
@@ -76,11 +78,20 @@ def test_a_released_graph_keeps_its_outputs_while_the_caller_holds_them(
     assert marked == []  # a release overwrites nothing
 
 
-def test_without_the_hook_the_graphs_own_outputs_are_handed_out(
-    monkeypatch: pytest.MonkeyPatch,
+def test_without_the_hook_a_held_output_overwritten_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(handed_out, "MARK_UNREADABLE", None)
+    monkeypatch.setattr(once, "SEEN", set())
     output = torch.ones(2)
     handed = HandedOut(inputs=[])
-    assert handed.hand_out([output])[0] is output
-    handed.before_replay()  # nothing to mark
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        handed.hand_out([output])  # dropped at once
+        handed.before_replay()
+        assert caplog.records == []
+        for _ in range(3):
+            (held,) = handed.hand_out([output])
+            assert held.data_ptr() == output.data_ptr() and held is not output
+            handed.before_replay()
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning == HELD_OVERWRITTEN and "options={'clone_output': True}" in warning

@@ -13,17 +13,20 @@ A released graph's last outputs stay readable for as long as the caller holds th
 own tensors, which own the bytes, are kept until a later release finds them no longer held.
 
 Torch builds without the storage hook (CPU-only builds, where ``torch_npu`` runs) hand out the
-graph's own outputs, which the next replay of the key overwrites in place.
+same aliases but cannot make them unreadable: the next replay of the key overwrites what the
+caller holds in place, and says so once (``HELD_OVERWRITTEN``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from npugraph_ex.compat import storage_unreadable_marker
+from npugraph_ex.debug.once import log_once
 from npugraph_ex.runtime.output_copies import input_addresses, rebased, references
 
 OVERWRITTEN = (
@@ -32,7 +35,16 @@ OVERWRITTEN = (
     "keep before calling again, or compile with options={'clone_output': True}."
 )
 
+HELD_OVERWRITTEN = (
+    "npugraph_ex: an output of an earlier call that you still hold is being overwritten by a "
+    "call with the same input shapes (a replay reuses the graph's output memory, and this torch "
+    "build cannot make the old output unreadable). Clone what you keep before calling again, or "
+    "compile with options={'clone_output': True}. Said once."
+)
+
 MARK_UNREADABLE = storage_unreadable_marker()
+
+log = logging.getLogger(__name__)
 
 
 def same_bytes(storage: torch.UntypedStorage) -> torch.UntypedStorage:
@@ -55,19 +67,20 @@ class HandedOut:
 
     def hand_out(self, outputs: list[Any]) -> list[Any]:
         """Aliases of ``outputs`` for the caller, on storages noted for ``before_replay``."""
-        if MARK_UNREADABLE is None:
-            return list(outputs)
         aliases, made = rebased(outputs, self.inputs, same_bytes)
         self.storages = [own for _, own in made.values()]
         return aliases
 
     def before_replay(self) -> None:
         """Make what the caller still holds of the last hand-out unreadable: the replay about
-        to run overwrites it."""
-        for storage in self.storages:
-            if references(storage) > 1:
-                MARK_UNREADABLE(storage, OVERWRITTEN)
+        to run overwrites it. Without the hook, say once that it does."""
+        held = [storage for storage in self.storages if references(storage) > 1]
         self.storages = []
+        if held and MARK_UNREADABLE is None:
+            log_once(log, logging.WARNING, "held output overwritten", HELD_OVERWRITTEN)
+            return
+        for storage in held:
+            MARK_UNREADABLE(storage, OVERWRITTEN)
 
     def release(self, owners: list[Any]) -> None:
         """The graph goes: keep ``owners`` (its outputs, which own the bytes) while the caller
