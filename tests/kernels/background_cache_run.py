@@ -74,7 +74,9 @@ def main() -> None:
                 largest_diff = max(largest_diff, float((cached(x) - model(x)).abs().max()))
                 calls += 1
             managers = managers_since(before)  # one per graph: static keys of other sizes
-            states = dict(sum((Counter(m.stats.summary()["background"]) for m in managers), Counter()))
+            states = dict(
+                sum((Counter(m.stats.summary()["background"]) for m in managers), Counter())
+            )
             if not {"aten", "queued", "pending", "trial"} & set(states):
                 break
             time.sleep(0.01)

@@ -1,6 +1,7 @@
 """PyTorch's own stream APIs inside a compiled function (the pass ``native_streams``, first of
 all, then ``plan_streams``): stream contexts become stream blocks, ``record_stream`` goes, events
-are refused with the scope API to use instead.
+and stream waits become tagged events on the lanes of the streams they name; TorchAir's
+``*_on_stream`` ops likewise.
 
 On a CPU-only build the stream contexts can be traced with ``torch.Stream("cpu")`` (Dynamo notes
 the stream on each node as on CUDA); ``torch.cuda.Stream()`` cannot be made, and PyTorch's events
@@ -20,6 +21,7 @@ from npugraph_ex.errors import ScopeError
 from npugraph_ex.passes.native_streams import native_streams
 from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.stream_blocks import find_lanes
+from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT
 from npugraph_ex.scope.ops import SCOPE_ENTER, block_of
 
 CPU_STREAM = torch.Stream("cpu")
@@ -114,36 +116,137 @@ def test_record_stream_in_compiled_code_runs() -> None:
     assert counts()["replays"] == 2 and counts()["eager_calls"] == 0
 
 
-def with_an_event(traced: Callable, op: str, wrapped: bool) -> torch.fx.GraphModule:
-    """A graph with one of Dynamo's event ops before its ``cos``, as traced on CUDA; ``wrapped``:
-    in the ``control_deps`` AOTAutograd puts such ops in."""
+def with_syncs(
+    traced: Callable, ops: list[tuple[str, tuple]], wrapped: bool
+) -> torch.fx.GraphModule:
+    """``in_cuda_stream_context``'s graph with Dynamo's stream ops ``ops`` (name, arguments)
+    before its ``cos``, as traced on CUDA; ``wrapped``: in the ``control_deps`` AOTAutograd puts
+    such ops in. Stream 0 is the block's (``cpu/stream0``), other indices are unknown streams."""
     from torch._functorch._aot_autograd.streams import wrap_all_sync_nodes_with_control_deps
 
     gm = traced(in_cuda_stream_context, torch.randn(4)).gm
     (cos,) = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.cos.default)
-    args = {"wait_event": (1, 0), "record_event": (1, 0), "wait_stream": (0, 1)}[op]
-    with gm.graph.inserting_before(cos):
-        event = gm.graph.call_function(getattr(torch.ops.streams, op).default, args)
-    event.meta["stack_trace"] = cos.meta["stack_trace"]
+    for op, args in ops:
+        with gm.graph.inserting_before(cos):
+            sync = gm.graph.call_function(getattr(torch.ops.streams, op).default, args)
+        sync.meta["stack_trace"] = cos.meta["stack_trace"]
     if wrapped:
         wrap_all_sync_nodes_with_control_deps(gm)
     return gm
 
 
+def events_on_lanes(gm: torch.fx.GraphModule) -> list[tuple[str, str, str]]:
+    """(record or wait, tag, lane) of each tagged event, in graph order."""
+    lanes = find_lanes(gm.graph)
+    return [
+        (
+            "record" if node.target is EVENT_RECORD else "wait",
+            node.args[0],
+            getattr(lanes.block_of[node], "tag", "main"),
+        )
+        for node in gm.graph.nodes
+        if node.target in (EVENT_RECORD, EVENT_WAIT)
+    ]
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "in control_deps"])
-@pytest.mark.parametrize("op", ["wait_event", "record_event", "wait_stream"])
-def test_pytorch_s_events_are_refused_naming_the_scope_api(
-    traced: Callable, op: str, wrapped: bool
+@pytest.mark.parametrize(
+    ("ops", "events"),
+    [
+        pytest.param(
+            [("record_event", (1, 0)), ("wait_event", (1, 2))],
+            [("record", "torch.Event#1", "cpu/stream0"), ("wait", "torch.Event#1", "stream2")],
+            id="record_event, wait_event",
+        ),
+        pytest.param(
+            [("wait_stream", (2, 0))],
+            [("record", "wait_stream#0", "cpu/stream0"), ("wait", "wait_stream#0", "stream2")],
+            id="wait_stream",
+        ),
+        pytest.param(
+            [("record_event", (1, 0)), ("synchronize_event", (1,))],
+            [("record", "torch.Event#1", "cpu/stream0"), ("wait", "torch.Event#1", "main")],
+            id="synchronize_event",
+        ),
+        pytest.param(
+            [("synchronize_stream", (0,))],
+            [("record", "synchronize#0", "cpu/stream0"), ("wait", "synchronize#0", "main")],
+            id="synchronize_stream",
+        ),
+        pytest.param(
+            [("synchronize_device", ("cpu", -1))],
+            [("record", "synchronize#0", "cpu/stream0"), ("wait", "synchronize#0", "main")],
+            id="synchronize_device",
+        ),
+    ],
+)
+def test_pytorch_s_stream_syncs_become_tagged_events_on_their_streams_lanes(
+    traced: Callable, ops: list[tuple[str, tuple]], events: list, wrapped: bool
 ) -> None:
-    gm = with_an_event(traced, op, wrapped)
+    gm = with_syncs(traced, ops, wrapped)
+    planned(gm)
+    gm.graph.lint()
+    assert not [n for n in gm.graph.nodes if "streams" in str(n.target)]
+    assert not [n for n in gm.graph.nodes if "control_deps" in str(n.target)]
+    assert events_on_lanes(gm) == events
+    (cos,) = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.cos.default)
+    assert find_lanes(gm.graph).block_of[cos] is None  # the ops after are the main path's again
+
+
+def test_a_wait_on_an_event_recorded_outside_the_graph_is_refused(traced: Callable) -> None:
+    gm = with_syncs(traced, [("wait_event", (1, 0))], wrapped=False)
+    with pytest.raises(ScopeError) as raised:
+        planned(gm)
+    assert str(raised.value).startswith("npu_tagged_event_wait on tag 'torch.Event#1' at File ")
+    assert "in in_cuda_stream_context: return y + x.cos()" in str(raised.value)
+    assert "inside the compiled function, before the wait" in str(raised.value)
+
+
+def test_a_stream_op_not_known_is_refused_naming_the_scope_api(traced: Callable) -> None:
+    gm = with_syncs(traced, [("fork", (0, 1))], wrapped=False)
     with pytest.raises(ScopeError) as raised:
         planned(gm)
     message = str(raised.value)
-    assert message.startswith(f"streams.{op} at File ")
+    assert message.startswith("streams.fork at File ")
     assert "in in_cuda_stream_context: return y + x.cos()" in message
-    assert "do not run inside a function compiled with npugraph_ex" in message
     assert "npugraph_ex.scope.stream(tag)" in message
-    assert "npu_tagged_event_record / npu_tagged_event_wait" in message
+
+
+SIDE_LANE = ("0", "-1", "0")
+"""``CPU_STREAM`` as TorchAir's ops name a stream: id, device index, device type."""
+OWN = ("default", "0", "0")
+"""A default-stream marker: the graph's own stream."""
+
+
+def with_torchair_events(x, w):
+    a = x.sin()
+    torch.ops.npugraph_ex.tagged_event_record_on_stream("ready", *OWN)
+    with CPU_STREAM:
+        torch.ops.npugraph_ex.tagged_event_wait_on_stream("ready", *SIDE_LANE)
+        b = (x @ w).relu()
+    torch.ops.npugraph_ex.tagged_stream_wait_stream(*OWN, *SIDE_LANE)
+    return a + b
+
+
+def test_torchair_s_on_stream_ops_order_the_lanes_they_name(traced: Callable) -> None:
+    gm = traced(with_torchair_events, torch.randn(4, 4), torch.randn(4, 4)).gm
+    planned(gm)
+    assert events_on_lanes(gm) == [
+        ("record", "ready", "main"),
+        ("wait", "ready", "cpu/stream0"),
+        ("record", "wait_stream#0", "cpu/stream0"),
+        ("wait", "wait_stream#0", "main"),
+    ]
+
+
+@torch.no_grad()
+def test_torchair_s_on_stream_ops_compile_and_replay_eager_results() -> None:
+    compiled = torch.compile(with_torchair_events, backend="npugraph_ex", fullgraph=True)
+    for _ in range(3):
+        x, w = torch.randn(16, 16), torch.randn(16, 16)
+        assert torch.equal(compiled(x, w), with_torchair_events(x, w))
+    assert counts()["captures"] == 1 and counts()["replays"] == 2
+    assert counts()["eager_calls"] == 0
 
 
 SIDE = torch.cuda.Stream() if torch.cuda.is_available() else None
@@ -161,18 +264,21 @@ def with_cuda_events(x):
         y = x.sin() * 2
         DONE.record()
     DONE.wait()
-    return y + x.cos()
+    z = x.cos()
+    SIDE.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(SIDE):
+        w = z * 3
+    torch.cuda.current_stream().wait_stream(SIDE)
+    return y + z + w
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 @torch.no_grad()
-def test_on_cuda_a_stream_context_runs_as_a_block_and_events_are_refused() -> None:
-    x = torch.randn(64, device="cuda")
-    compiled = torch.compile(on_a_cuda_stream, backend="npugraph_ex")
+@pytest.mark.parametrize("fn", [on_a_cuda_stream, with_cuda_events], ids=lambda f: f.__name__)
+def test_on_cuda_stream_contexts_and_events_run_as_blocks_and_tagged_events(fn: Callable) -> None:
+    compiled = torch.compile(fn, backend="npugraph_ex")
     for _ in range(3):
-        torch.testing.assert_close(compiled(x), on_a_cuda_stream(x))
+        x = torch.randn(64, device="cuda")
+        torch.testing.assert_close(compiled(x), fn(x))
     assert counts()["captures"] == 1 and counts()["eager_calls"] == 0
-    torch._dynamo.reset()
-    with pytest.raises(Exception, match=r"npugraph_ex\.scope\.stream\(tag\)"):
-        torch.compile(with_cuda_events, backend="npugraph_ex")(x)

@@ -11,14 +11,16 @@ other than the device's current one becomes a stream block of a tag named after 
 
 ``tensor.record_stream(s)`` (``streams.record_stream``) is dropped: every tensor a block touches
 is kept until the block is joined. PyTorch's events and stream-to-stream waits
-(``torch.cuda.Event().record()/wait()``, ``Stream.wait_stream``, synchronisations) are refused
-with the scope API to write instead: they name device objects the replay does not run on.
+(``torch.cuda.Event().record()/wait()``, ``Stream.wait_event``, ``wait_stream``,
+synchronisations) become tagged events on the lanes of the streams they name, as TorchAir turns
+them into its tagged events (``stream_syncs``); a stream op this does not know is refused with
+the scope API to write instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.fx
@@ -26,6 +28,7 @@ import torch.fx
 from npugraph_ex.config import Config
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import ScopeError
+from npugraph_ex.passes.stream_syncs import LOWERED, lower_dynamo_syncs, unwrap_control_deps
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY
 
 STREAM_OPS = "streams"
@@ -44,14 +47,18 @@ def native_streams(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], conf
 
 
 def convert_native_streams(graph: torch.fx.Graph) -> None:
-    """Turn the graph's native stream regions into stream blocks (see the module)."""
+    """Turn the graph's native stream regions into stream blocks and its synchronisations into
+    tagged events (see the module)."""
+    wrappers = [node for node in graph.nodes if is_control_deps(node)]
+    for node in wrappers:  # they order one another: graph order does that here
+        node.args = ((), *node.args[1:])
     for node in list(graph.nodes):
+        if is_control_deps(node):
+            node = unwrap_control_deps(node) or refuse(wrapped_op(node) or node)
         if stream_op(node) == "record_stream":
             graph.erase_node(node)
-        elif stream_op(node) is not None:
+        elif stream_op(node) is not None and stream_op(node) not in LOWERED:
             refuse(node)
-        elif is_control_deps(node):
-            refuse(wrapped_op(node) or node)
     open_tag: str | None = None
     for node in list(graph.nodes):
         if node.op in ("placeholder", "get_attr"):
@@ -68,6 +75,7 @@ def convert_native_streams(graph: torch.fx.Graph) -> None:
                 enter = graph.call_function(SCOPE_ENTER, (keys, [tag, str(priority)]))
                 enter.meta["stack_trace"] = source
         open_tag = tag
+    lower_dynamo_syncs(graph, lambda index: stream_lane(index)[0])
 
 
 def stream_op(node: torch.fx.Node) -> str | None:
@@ -96,7 +104,7 @@ def wrapped_op(node: torch.fx.Node) -> torch.fx.Node | None:
     return next((inner for inner in subgraph.graph.nodes if stream_op(inner)), None)
 
 
-def refuse(node: torch.fx.Node) -> None:
+def refuse(node: torch.fx.Node) -> NoReturn:
     what = f"streams.{stream_op(node)}" if stream_op(node) else "a stream synchronisation"
     raise ScopeError(
         f"{what} at {source_line(node)}: PyTorch's events and stream waits "
@@ -113,8 +121,12 @@ def stream_index(node: torch.fx.Node) -> int | None:
 def side_stream(node: torch.fx.Node) -> tuple[str | None, int]:
     """The tag and priority of the stream a node was traced on, or None for the current one."""
     index = stream_index(node)
-    if index is None:
-        return None, 0
+    return (None, 0) if index is None else stream_lane(index)
+
+
+def stream_lane(index: int) -> tuple[str | None, int]:
+    """The tag and priority of the stream Dynamo noted at ``index``, or None for the current
+    one."""
     stream = traced_stream(index)
     if stream is None:
         return f"stream{index}", 0

@@ -6,7 +6,9 @@
              scope_exit(); %h = mm(%x, %w1)                 <- runs while the block runs
              stream_join(0, [%y, %ar, %w]); %o = add(%h, %w)
 
-First, blocks opened inside other blocks are split into blocks side by side
+First, TorchAir's ``*_on_stream`` ops (a custom pass may have inserted them) become tagged
+events on the lanes of the streams they name (``stream_syncs``), and blocks opened inside other
+blocks are split into blocks side by side
 (``unnest_blocks``; the regions PyTorch's own stream contexts left in the graph became blocks in
 the ``native_streams`` pass, the first of all). Then a node waits for an earlier block of another
 lane (a ``stream_join`` inserted before it) when it
@@ -47,6 +49,7 @@ from npugraph_ex.passes.stream_blocks import (
     tensor_args,
     written_args,
 )
+from npugraph_ex.passes.stream_syncs import lower_on_stream_ops
 from npugraph_ex.passes.stream_waits import check_event_order, tag_of
 from npugraph_ex.passes.unnest_blocks import unnest_blocks
 from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT, KEEPS_FOR_TAG, STREAM_JOIN, WAIT
@@ -55,6 +58,7 @@ from npugraph_ex.scope.ops import is_scope_marker
 
 def plan_streams(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     graph = gm.graph
+    lower_on_stream_ops(graph)  # after the user's passes, which may have inserted them
     if not has_stream_blocks(graph):
         return
     unnest_blocks(graph)

@@ -69,7 +69,8 @@ def check_event_order(graph: torch.fx.Graph, lanes: Lanes) -> None:
         if tag not in records:
             raise ScopeError(
                 f"npu_tagged_event_wait on tag {tag!r} at {source_line(wait)}: the tag is never "
-                "recorded in this graph. Record it (npu_tagged_event_record) before the wait."
+                "recorded in this graph. Record it (npu_tagged_event_record, or the event's "
+                "record()) inside the compiled function, before the wait."
             )
         earlier = [r for r in records[tag] if order[r] < order[wait]]
         record = earlier[-1] if earlier else records[tag][0]

@@ -22,7 +22,10 @@ TorchAir's ops for custom passes exist with its schemas and mean the same here:
   computing them are joined there by ``plan_streams``; a listed tensor of the same lane is done
   already);
 - ``record_tagged_stream(t, tag)`` / ``record_tagged_stream_(t, tag)``: keep ``t``'s memory for
-  the block of ``tag``; nothing to do, the joins keep every tensor a block touches.
+  the block of ``tag``; nothing to do, the joins keep every tensor a block touches;
+- ``tagged_event_record_on_stream``, ``tagged_event_wait_on_stream``,
+  ``tagged_stream_wait_stream``: the events above on the lane of a stream named by its id,
+  device index and device type (``passes.stream_syncs`` places them).
 
 Like the scope ops, these take or return no tensor that a tracer would keep them for, so they are
 registered as side-effectful (``record`` returns the tensor ``wait`` uses). Their kernels act only
@@ -96,10 +99,25 @@ KERNELS: dict[str, tuple[Callable[..., object], bool]] = {
 """Each op's schema, its kernel, and whether tracers must keep it without users."""
 
 
-def define_event_ops() -> list[OpOverload]:
+ON_STREAM_KERNELS: dict[str, tuple[Callable[..., object], bool]] = {
+    "tagged_event_record_on_stream(str event_tag, str stream_id, str device_index, "
+    "str device_type, bool created_inside=False) -> ()": (trace_nothing, True),
+    "tagged_event_wait_on_stream(str event_tag, str stream_id, str device_index, "
+    "str device_type, bool created_inside=False) -> ()": (trace_nothing, True),
+    "tagged_stream_wait_stream(str stream_id, str device_index, str device_type, "
+    "str other_stream_id, str other_device_index, str other_device_type) -> ()": (
+        trace_nothing,
+        True,
+    ),
+}
+"""TorchAir's ops naming the stream they act on: lowered to the events above before a graph
+runs (``passes.stream_syncs``), so their kernels, for eager code, do nothing."""
+
+
+def define_event_ops(kernels: dict[str, tuple[Callable[..., object], bool]]) -> list[OpOverload]:
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
     ops = []
-    for schema, (kernel, side_effect) in KERNELS.items():
+    for schema, (kernel, side_effect) in kernels.items():
         name = schema.split("(")[0]
         library.define(schema)
         library.impl(name, kernel, "CompositeExplicitAutograd")
@@ -122,7 +140,8 @@ def define_event_ops() -> list[OpOverload]:
     WAIT,
     RECORD_TAGGED_STREAM,
     RECORD_TAGGED_STREAM_,
-) = define_event_ops()
+) = define_event_ops(KERNELS)
+RECORD_ON_STREAM, WAIT_ON_STREAM, STREAM_WAIT_STREAM = define_event_ops(ON_STREAM_KERNELS)
 
 KEEPS_FOR_TAG = (RECORD_TAGGED_STREAM, RECORD_TAGGED_STREAM_)
 """The ops that neither read nor write data for any plan: ``record_tagged_stream``'s."""
