@@ -5,8 +5,8 @@ no KV cache) with random lengths, more of them than `capture_limit` keys (the re
 every `--reload-every` calls the weights are reloaded, in place and through `.data` in turn;
 at random times a compile process is killed. One call in `--check-every` is compared with eager
 on the same weights (the reload waits for it). At the end: calls, wrong results, errors, compile
-processes started, keys per state, and resident memory and open file descriptors after the
-warm-up and at the end.
+processes started, keys per state, resident memory and open file descriptors after the warm-up
+and at the end, and resident memory at each minute between.
 
     python benchmarks/soak.py --minutes 10
 """
@@ -131,8 +131,12 @@ class Soak:
         start = {"resident_mib": round(resident_mib(), 1), "descriptors": open_descriptors()}
         fault_thread = threading.Thread(target=self.faults, args=(random.Random(3),))
         fault_thread.start()
-        time.sleep(self.args.minutes * 60)
-        self.stop.set()
+        minutes = []
+        deadline = time.monotonic() + self.args.minutes * 60
+        while not self.stop.wait(max(0.0, min(60.0, deadline - time.monotonic()))):
+            minutes.append(round(resident_mib(), 1))
+            if time.monotonic() >= deadline:
+                self.stop.set()
         for thread in [*threads, fault_thread]:
             thread.join()
         end = {"resident_mib": round(resident_mib(), 1), "descriptors": open_descriptors()}
@@ -146,6 +150,7 @@ class Soak:
             "key_states": states,
             "after_warmup": start,
             "end": end,
+            "resident_mib_each_minute": minutes,
             "errors_seen": sorted(set(self.errors))[:5],
         }
 
