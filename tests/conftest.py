@@ -11,7 +11,8 @@ import torch
 import npugraph_ex
 from models import make_tiny_qwen3
 from npugraph_ex.kernels.processes import PROCESSES
-from npugraph_ex.passes.patterns import register_builtin_patterns, register_for, registry
+from npugraph_ex.passes.patterns import registry
+from npugraph_ex.passes.patterns.builtin import register_builtin_patterns, register_for
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 CUDA_PARAM = pytest.param(

@@ -98,3 +98,15 @@ def test_imports_point_down(path: Path) -> None:
         if LAYER_OF[part_of(imported)] < layer
     ]
     assert not upward, "\n".join(upward)
+
+
+PATTERNS = PACKAGE / "passes" / "patterns"
+
+
+@pytest.mark.parametrize("path", sorted(PATTERNS.glob("[!_]*.py")), ids=lambda p: module_name(p))
+def test_pattern_modules_never_import_their_package_back(path: Path) -> None:
+    # The package's ``__init__`` only hands names on (from ``registry``); a pattern module takes
+    # them from where they are made, so importing any one module never runs the others.
+    assert "npugraph_ex.passes.patterns" not in imported_modules(path)
+    if path.stem != "builtin":  # the one list of patterns imports them, never the other way
+        assert "npugraph_ex.passes.patterns.builtin" not in imported_modules(path)

@@ -20,10 +20,9 @@ from npugraph_ex.passes.patterns import (
     canonical_spellings,
     capture_registry,
     product_registry,
-    register_builtin_patterns,
-    register_for,
     registry,
 )
+from npugraph_ex.passes.patterns.builtin import register_builtin_patterns, register_for
 
 CAPTURE_PATTERNS = "npugraph_ex.capture_patterns"
 """``gm.meta`` key, True once the capture-only patterns ran on the graph: the keys of a graph

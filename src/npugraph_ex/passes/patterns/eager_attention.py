@@ -41,6 +41,7 @@ from npugraph_ex.passes.patterns.checks import (
     same_shape,
 )
 from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
+from npugraph_ex.passes.patterns.registry import add_replacement
 from npugraph_ex.runtime.platform import SDPA, platform_for
 
 HALF_PRECISION = (torch.float16, torch.bfloat16)
@@ -162,9 +163,8 @@ def fusable(match: Any, dtype: torch.dtype = torch.float32) -> bool:
     return SDPA in platform_for(q.device.type).fused_kernels()
 
 
-def register(dtype: torch.dtype = torch.float32) -> None:
+def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
     """The patterns traced in ``dtype`` (float32, or one of ``HALF_PRECISION``)."""
-    from npugraph_ex.passes.patterns import register_replacement
 
     def example(*shape: int) -> torch.Tensor:
         return torch.randn(*shape).to(dtype)
@@ -179,7 +179,7 @@ def register(dtype: torch.dtype = torch.float32) -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_scaled_attention(search, replace, inputs, check=check)
+        register_scaled_attention(pass_dict, search, replace, inputs, check=check)
     for search, replace, kv in (
         (grouped_masked_unscaled, fused_masked_unscaled, grouped_k),
         (grouped_unscaled, fused_unscaled, grouped_k),
@@ -187,14 +187,16 @@ def register(dtype: torch.dtype = torch.float32) -> None:
         (plain_unscaled, fused_unscaled, k),
     ):
         masked = replace is fused_masked_unscaled
-        register_replacement(
+        add_replacement(
+            pass_dict,
             search,
             replace,
             [q, kv, kv.clone(), *([mask] if masked else [])],
             extra_check=check,
         )
     bias = example(1, 4, 3, 5)
-    register_replacement(
+    add_replacement(
+        pass_dict,
         plain_biased_masked_unscaled,
         fused_biased_masked_unscaled,
         [q, k, k.clone(), bias, mask],

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
+from npugraph_ex.passes.patterns.registry import add_replacement
 
 SCALE = 0.125
 
@@ -79,14 +80,17 @@ def grouped_heads(match: Any) -> bool:
 
 
 def register_scaled_attention(
-    search: Any, replace: Any, inputs: list[torch.Tensor], check: Any = grouped_heads
+    pass_dict: Any,
+    search: Any,
+    replace: Any,
+    inputs: list[torch.Tensor],
+    check: Any = grouped_heads,
 ) -> None:
     """Register an attention pattern whose last argument is the scale: taken from the matched
     graph as a number (``SCALE`` only stands for it while tracing), refused where it is not one,
     or where ``check`` refuses the match."""
-    from npugraph_ex.passes.patterns import register_replacement
-
-    register_replacement(
+    add_replacement(
+        pass_dict,
         search,
         replace,
         [*inputs, SCALE],
@@ -95,10 +99,10 @@ def register_scaled_attention(
     )
 
 
-def register() -> None:
+def register(pass_dict: Any) -> None:
     q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
     mask = torch.zeros(1, 1, 3, 5)
-    register_scaled_attention(masked_search, masked_replace, [q, k, k.clone(), mask])
+    register_scaled_attention(pass_dict, masked_search, masked_replace, [q, k, k.clone(), mask])
     register_scaled_attention(
-        causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]
+        pass_dict, causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]
     )

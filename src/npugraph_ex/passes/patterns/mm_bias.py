@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.patterns.checks import bound_tensors, one_kind, output_value, same_shape
+from npugraph_ex.passes.patterns.registry import add_replacement
 
 
 def search(x, w, b):  # noqa: ANN001, ANN201
@@ -50,10 +51,9 @@ def fusable(match: Any) -> bool:
     )
 
 
-def register() -> None:
-    from npugraph_ex.passes.patterns import register_replacement
-
-    register_replacement(
+def register(pass_dict: Any) -> None:
+    add_replacement(
+        pass_dict,
         search,
         replace,
         [torch.randn(2, 3), torch.randn(3, 4), torch.randn(4)],

@@ -45,6 +45,7 @@ import torch
 
 from npugraph_ex.compat import onednn_linear_op
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_bias_per_row, one_kind
+from npugraph_ex.passes.patterns.row_products import register_linear_forms
 from npugraph_ex.runtime.platform import Product, platform_for
 
 LINEAR = onednn_linear_op()
@@ -119,8 +120,6 @@ def plain_or_split(op: Any, args: tuple) -> Callable[[], torch.Tensor] | None:
 def register(pass_dict: Any) -> None:
     """The split's search (``row_products``), replaced by oneDNN's call; in its own pass, after
     the split's (one pass cannot hold the same search twice)."""
-    from npugraph_ex.passes.patterns.row_products import register_linear_forms
-
     register_linear_forms(
         pass_dict, (replace, linear_takes), (replace_with_bias, linear_takes_with_bias), rows=4
     )

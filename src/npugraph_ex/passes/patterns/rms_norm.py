@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
+from npugraph_ex.passes.patterns.registry import add_replacement
 from npugraph_ex.runtime.platform import FUSED_RMS_NORM, platform_for
 
 EPS = 1e-6
@@ -77,13 +78,12 @@ def fusable(match: Any, traced: torch.dtype = torch.float32) -> bool:
     )
 
 
-def register() -> None:
-    from npugraph_ex.passes.patterns import register_replacement
-
+def register(pass_dict: Any) -> None:
     for dtype in (torch.float32, *LOW_PRECISION):
         x, w = torch.randn(2, 8, dtype=dtype), torch.randn(8, dtype=dtype)
         for search in (weight_first, weight_last):
-            register_replacement(
+            add_replacement(
+                pass_dict,
                 search,
                 fused,
                 [x, w, EPS],

@@ -43,6 +43,7 @@ import torch
 
 from npugraph_ex.passes.graph_facts import core_cap_at
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, one_bias_per_row, one_kind
+from npugraph_ex.passes.patterns.registry import add_replacement
 from npugraph_ex.runtime.platform import Product, platform_for
 
 
@@ -156,11 +157,9 @@ def register_linear_forms(
 ) -> None:
     """Replace a linear layer's product (``search``, ``search_with_bias``) by each form's
     replacement where its check takes the match (example inputs of ``rows`` rows)."""
-    from npugraph_ex.passes.patterns import add_replacement, trace_aten
-
     x, w, b = torch.randn(rows, 8), torch.randn(4, 8), torch.randn(4)
     for search_fn, (replace_fn, check), inputs in (
         (search, without_bias, [x, w]),
         (search_with_bias, with_bias, [b, x, w]),
     ):
-        add_replacement(pass_dict, search_fn, replace_fn, inputs, trace_aten, check)
+        add_replacement(pass_dict, search_fn, replace_fn, inputs, check)

@@ -1,0 +1,265 @@
+"""Registration of patterns: the pattern passes, ``register_replacement`` (the public one) and
+``add_replacement`` (into any of the passes), and the tracing both use.
+
+Built on Inductor's pattern matcher: a pattern is an example function traced to ATen; a match is
+re-traced with the matched shapes and checked again before it is replaced, so sizes a pattern
+was traced with never stand in for other sizes. Patterns are traced as the backend's graphs are
+(``make_fx`` without decompositions: the ATen ops AOTAutograd's inference graphs hold).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from npugraph_ex.passes.graph_facts import within_one_scope
+from npugraph_ex.passes.patterns.checks import is_number
+
+
+def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
+    """Trace ``fn`` to the ATen graph ``pattern_fusion_pass`` sees (no decompositions, and the
+    no-ops ``remove_noop_ops`` removes before it gone: a same-dtype cast is not in the graph).
+
+    Inductor's matcher also passes its own decomposition table; the backend applies none, so
+    patterns must not either.
+    """
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from npugraph_ex.config import Config
+    from npugraph_ex.passes.remove_noop import remove_noop_ops
+
+    with torch.no_grad():
+        gm = make_fx(fn, tracing_mode="real")(*args)
+    remove_noop_ops(gm, args, Config())
+    canonical_spellings(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def canonical_spellings(graph: torch.fx.Graph) -> None:
+    """Write ops that have two spellings one way, so patterns and graphs compare equal.
+
+    - ``_unsafe_view`` becomes ``view``: tracers differ in which one a reshape of a fresh tensor
+      gives (``make_fx`` one, AOTAutograd's functionalisation the other), and both alias the same
+      memory.
+    - ``transpose(x, -1, -2)`` becomes ``transpose(x, 2, 3)`` on a 4-d ``x``: dims non-negative
+      and in ascending order (models write both; the matcher compares arguments literally).
+    """
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten._unsafe_view.default:
+            node.target = torch.ops.aten.view.default
+        elif node.target is torch.ops.aten.transpose.int and len(node.args) == 3:
+            node.args = (node.args[0], *transpose_dims(node))
+
+
+def transpose_dims(node: torch.fx.Node) -> tuple[int, int]:
+    """The two dims of a ``transpose.int`` node, non-negative and ascending where its input's
+    rank is known (as written otherwise)."""
+    source, first, second = node.args
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return first, second
+    rank = max(value.dim(), 1)
+    first, second = first % rank, second % rank
+    return min(first, second), max(first, second)
+
+
+@functools.cache
+def registry() -> Any:
+    """Patterns for every graph, however its kernels run (captured ATen kernels or static
+    kernels); the patterns users register go here."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_pattern_fusion")
+
+
+@functools.cache
+def capture_registry() -> Any:
+    """Patterns for graphs that are captured as ATen kernels, left out of graphs lowered with
+    ``static_kernel_compile`` (which rewrite the same ops their own, faster way)."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_capture_patterns")
+
+
+@functools.cache
+def product_registry() -> Any:
+    """Capture-only patterns applied after ``capture_registry``'s, to the matrix products it left
+    (the same search as the few-row split's, which one pass cannot hold twice)."""
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    return PatternMatcherPass(pass_name="npugraph_ex_product_patterns")
+
+
+def register_replacement(
+    search_fn: Callable[..., Any],
+    replace_fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    trace_fn: Callable[..., torch.fx.GraphModule] = trace_aten,
+    extra_check: Callable[[Any], bool] | None = None,
+    scalar_workaround: dict[str, float | int] | None = None,
+    skip_duplicates: bool = False,
+    search_fn_pattern: Any = None,
+) -> bool:
+    """Replace every match of ``search_fn`` in compiled graphs by ``replace_fn``.
+
+    ``example_inputs`` are traced through both functions (tensors of any size: matches are
+    re-checked with their own shapes); ``extra_check(match)`` may refuse a match;
+    ``skip_duplicates=True`` makes registering the same pattern twice a no-op instead of an
+    error; ``search_fn_pattern`` (an Inductor ``PatternExpr``, as TorchAir and Inductor take it)
+    is matched instead of the graph traced from ``search_fn``. Returns whether the pattern was
+    added.
+
+    ``scalar_workaround`` maps each number (float or int) argument of ``search_fn`` to an example
+    value (``{"scale": 0.1}``): the pattern is traced with it and binds, in each match, the
+    number the graph holds in its place, which the replacement receives, so one pattern serves
+    every value. The pattern finds such an argument by its example value: give each a value of
+    its own that the function uses nowhere else.
+
+    ``search_fn`` and ``replace_fn`` take the same arguments; ``example_inputs`` holds one value
+    per argument not named in ``scalar_workaround``, in order (Inductor's form), or one per
+    argument with a number in each named one's place. Anything else raises ``TypeError`` here,
+    naming the function and the fix.
+
+    A match never spans the edge of a scope (``npugraph_ex.scope``) or an in-place op, whatever
+    ``extra_check`` says.
+    """
+    return add_replacement(
+        registry(),
+        search_fn,
+        replace_fn,
+        example_inputs,
+        extra_check,
+        trace_fn,
+        scalar_workaround=scalar_workaround,
+        skip_duplicates=skip_duplicates,
+        search_fn_pattern=search_fn_pattern,
+    )
+
+
+def add_replacement(
+    pass_dict: Any,
+    search_fn: Callable[..., Any],
+    replace_fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    extra_check: Callable[[Any], bool] | None = None,
+    trace_fn: Callable[..., torch.fx.GraphModule] = trace_aten,
+    **options: Any,
+) -> bool:
+    """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge."""
+    from torch._inductor import pattern_matcher
+
+    numbers = options.get("scalar_workaround") or {}
+    check_arities(search_fn, replace_fn)
+    check_scalar_workaround(search_fn, numbers)
+    inputs = traced_inputs(search_fn, example_inputs, numbers)
+
+    def check(match: Any) -> bool:
+        return within_one_scope(match.nodes) and (extra_check is None or extra_check(match))
+
+    added = pattern_matcher.register_replacement(
+        search_fn, replace_fn, inputs, trace_fn, pass_dict, check, **options
+    )
+    return bool(added)
+
+
+def arity(fn: Callable[..., Any]) -> int | None:
+    """How many positional arguments ``fn`` takes (None: any number, ``*args``)."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in positional)
+
+
+def arguments(count: int) -> str:
+    return f"{count} argument" if count == 1 else f"{count} arguments"
+
+
+def example_inputs_text(count: int) -> str:
+    return f"{count} example input" if count == 1 else f"{count} example inputs"
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+def check_arities(search_fn: Callable[..., Any], replace_fn: Callable[..., Any]) -> None:
+    """Both functions take the same arguments: the matcher binds the graph's values to the search
+    function's arguments and passes them, by position, to the replacement."""
+    search_arity, replace_arity = arity(search_fn), arity(replace_fn)
+    if search_arity is not None and replace_arity is not None and search_arity != replace_arity:
+        raise TypeError(
+            f"register_replacement: search function {name_of(search_fn)}() takes "
+            f"{arguments(search_arity)} but replacement function {name_of(replace_fn)}() takes "
+            f"{arguments(replace_arity)}; both must take the same arguments, in the same order "
+            "(the replacement is called with what the search function bound)"
+        )
+
+
+def traced_inputs(
+    search_fn: Callable[..., Any], example_inputs: Sequence[Any], numbers: dict[str, Any]
+) -> list[Any]:
+    """The example inputs as Inductor's ``register_replacement`` takes them: one per argument of
+    ``search_fn`` that ``numbers`` (``scalar_workaround``) does not name, in order (it fills each
+    named argument from ``numbers``, each other from the next example input).
+
+    Also taken: one example input per argument, a number in the place of each named one; those
+    numbers are dropped (the pattern is traced with ``numbers``' values).
+    """
+    count, inputs = arity(search_fn), list(example_inputs)
+    if count is None:
+        return inputs
+    names = list(inspect.signature(search_fn).parameters)[:count]
+    named = [index for index, name in enumerate(names) if name in numbers]
+    if named and len(inputs) == count and all(is_number(inputs[i]) for i in named):
+        return [value for index, value in enumerate(inputs) if index not in named]
+    if len(inputs) == count - len(named):
+        return inputs
+    takes = f"takes {arguments(count)}"
+    if named:
+        takes += (
+            f", {len(named)} of them named in scalar_workaround "
+            f"({', '.join(names[i] for i in named)}), so it needs "
+            f"{example_inputs_text(count - len(named))},"
+        )
+    given = "was" if len(inputs) == 1 else "were"
+    raise TypeError(
+        f"register_replacement: search function {name_of(search_fn)}() {takes} but "
+        f"{example_inputs_text(len(inputs))} {given} given; give one example input per argument "
+        "not named in scalar_workaround, and name each argument that takes a number there: "
+        "scalar_workaround={name: example value}"
+    )
+
+
+def check_scalar_workaround(search_fn: Callable[..., Any], numbers: dict[str, Any]) -> None:
+    """Each name is an argument of ``search_fn`` with a number of its own as example value: the
+    pattern tells a number argument by its example value where the traced graph holds it."""
+    parameters = list(inspect.signature(search_fn).parameters)
+    by_value: dict[Any, str] = {}
+    for name, value in numbers.items():
+        if name not in parameters:
+            raise TypeError(
+                f"register_replacement: scalar_workaround names {name!r}, which is not an "
+                f"argument of search function {name_of(search_fn)}() (its arguments: "
+                f"{', '.join(parameters)}); name the arguments that take a number"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"register_replacement: scalar_workaround[{name!r}] must be a float or an int "
+                f"(the example value of a number argument), got {type(value).__name__}"
+            )
+        if value in by_value:
+            raise TypeError(
+                f"register_replacement: scalar_workaround gives {by_value[value]!r} and "
+                f"{name!r} the same example value {value!r}; give each a different value (the "
+                "pattern tells number arguments apart by their example values)"
+            )
+        by_value[value] = name
