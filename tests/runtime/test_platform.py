@@ -8,6 +8,7 @@ import torch
 
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 from npugraph_ex.runtime.cpu import probes
+from npugraph_ex.runtime.devices import DEVICES, loaded
 from npugraph_ex.runtime.platform import (
     FUSED_RMS_NORM,
     ONEDNN_LINEAR,
@@ -123,3 +124,25 @@ def test_the_cpu_specialises_keys_with_few_rows_or_counts_onednn_is_not_given(
     assert not rule([many]) and not rule([None])
     monkeypatch.setattr(cpu_platform, "LINEAR_MAX_ROW_COUNTS", 0)  # oneDNN is given no count
     assert rule([many + 1])
+
+
+@pytest.mark.parametrize("device_type", sorted(DEVICES))
+def test_each_device_names_its_runtime_and_platform_in_one_row(device_type: str) -> None:
+    from npugraph_ex.runtime import runtime_for
+    from npugraph_ex.runtime.base import DeviceRuntime
+
+    row = DEVICES[device_type]
+    runtime, platform = loaded(row.runtime), loaded(row.platform)
+    assert issubclass(runtime, DeviceRuntime) and issubclass(platform, Platform)
+    assert type(platform_for(device_type)) is platform
+    if device_type == "cpu":  # the others' runtimes need their device to be made
+        assert type(runtime_for(device_type)) is runtime
+
+
+def test_a_device_type_without_a_row_gets_the_default_platform_and_no_runtime() -> None:
+    from npugraph_ex.errors import ConfigError
+    from npugraph_ex.runtime import runtime_for
+
+    assert type(platform_for("meta")) is Platform
+    with pytest.raises(ConfigError, match="no graph runtime for device type 'meta'; supported: "):
+        runtime_for("meta")

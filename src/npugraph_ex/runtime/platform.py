@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from npugraph_ex.runtime.devices import DEVICES, loaded
 
 SDPA = "aten::scaled_dot_product_attention"
 """Attention as one kernel, which the eager-attention pattern puts in for the written-out ops."""
@@ -162,18 +163,10 @@ class Platform:
         return frozenset(op for op in FUSED_KERNELS if op == SDPA or self.has_kernel(op))
 
 
-PLATFORM_CLASSES = {
-    "cpu": ("npugraph_ex.runtime.cpu.platform", "CpuPlatform"),
-    "cuda": ("npugraph_ex.runtime.cuda", "CudaPlatform"),
-    "npu": ("npugraph_ex.runtime.npu", "NpuPlatform"),
-}
-
-
 @functools.cache
 def platform_for(device_type: str) -> Platform:
-    """The platform of ``device_type`` (one shared instance per type; device modules load on
-    first use): the defaults for a type without one."""
-    if device_type not in PLATFORM_CLASSES:
+    """The platform of ``device_type`` (one shared instance per type, a row of ``DEVICES``;
+    device modules load on first use): the defaults for a type without one."""
+    if device_type not in DEVICES:
         return Platform(device_type)
-    module_name, class_name = PLATFORM_CLASSES[device_type]
-    return getattr(importlib.import_module(module_name), class_name)()
+    return loaded(DEVICES[device_type].platform)()
