@@ -37,15 +37,16 @@ from npugraph_ex.passes.manager import PassManager, copy_of
 from npugraph_ex.passes.pipeline import PIPELINE
 from npugraph_ex.passes.split_host_ints import HOST_INTS, HostInts
 from npugraph_ex.passes.stream_blocks import check_balanced
-from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime import DeviceRuntime, runtime_for
 from npugraph_ex.runtime.platform import platform_for
 from npugraph_ex.scope.ops import LIMIT_CORE_NUM, scopes_in
 
 log = logging.getLogger(__name__)
 
 
-def warn_unapplied_scopes(gm: torch.fx.GraphModule, device_type: str, name: str) -> None:
-    if LIMIT_CORE_NUM in scopes_in(gm.graph) and not platform_for(device_type).limits_cores():
+def warn_unapplied_scopes(gm: torch.fx.GraphModule, runtime: DeviceRuntime, name: str) -> None:
+    device_type = runtime.name
+    if LIMIT_CORE_NUM in scopes_in(gm.graph) and not runtime.limits_cores():
         log_once(
             log,
             logging.WARNING,
@@ -248,7 +249,7 @@ def build_graph_callable(
     if config.deadlock_check:
         check_collective_order(gm, lowered.name)
     runtime = runtime_for(facts.device_type)
-    warn_unapplied_scopes(gm, facts.device_type, lowered.name)
+    warn_unapplied_scopes(gm, runtime, lowered.name)
     tier = config.static_kernel_compile
     kernels = (
         KernelTier(
@@ -271,7 +272,7 @@ def build_graph_callable(
         name=lowered.name,
         kernels=kernels,
         specialiser=key_specialiser(lowered),
-        watched=dumps_replays and platform_for(facts.device_type).replays_watched(),
+        watched=dumps_replays and runtime.replays_watched(),
     )
     manager = CaptureManager(gm, facts, config, runtime, name=lowered.name, programs=programs)
     manager.stats.failed_passes.update(lowered.failed_passes)

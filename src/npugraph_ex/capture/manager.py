@@ -30,7 +30,6 @@ from npugraph_ex.debug.profiling import profiled
 from npugraph_ex.errors import error_summary
 from npugraph_ex.runtime.base import Capture, CapturedGraph, DeviceRuntime, Program, as_output_list
 from npugraph_ex.runtime.output_copies import copied_outputs
-from npugraph_ex.runtime.platform import platform_for
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,6 @@ class CaptureManager:
         self.facts = facts
         self.config = config
         self.runtime = runtime
-        self.platform = platform_for(facts.device_type)
         self.layout = io.InputLayout(facts, frozen=config.frozen_parameter)
         self.pools = PoolPolicy(config, runtime)
         self.entries: dict[tuple, CapturedKey] = {}
@@ -214,7 +212,7 @@ class CaptureManager:
         try:
             if lock is not None:
                 lock.acquire()
-            if self.config.num_warmup_iters and self.platform.warms_up(program.kind):
+            if self.config.num_warmup_iters and self.runtime.warms_up(program.kind):
                 self.runtime.warmup(program.fn, staged.args, self.config.num_warmup_iters)
                 io.restore(saved)
             owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()

@@ -43,7 +43,7 @@ from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.kernels.remote_compile import input_specs
 from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
 from npugraph_ex.kernels.symbolic import SymbolicSpec
-from npugraph_ex.runtime.platform import platform_for
+from npugraph_ex.runtime import runtime_for
 
 
 @dataclass
@@ -260,7 +260,7 @@ class KernelTier:
             return known
         shared = self.shares(own)
         signature = None if shared else input_signature(args)
-        warms = not platform_for(self.device_type).warms_up("kernels")
+        warms = not runtime_for(self.device_type).warms_up("kernels")
         warm_args = None
         if warms:
             warm_args = [

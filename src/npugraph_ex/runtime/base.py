@@ -122,6 +122,23 @@ class DeviceRuntime(ABC):
         """Wait for the device to finish queued work (no-op where work is synchronous)."""
         return None
 
+    def warms_up(self, kind: str) -> bool:
+        """Whether a capture of a program of ``kind`` (``Program.kind``) is preceded by the
+        ``num_warmup_iters`` eager runs: a device graph records what lazily made library state
+        would otherwise be made during the recording."""
+        return True
+
+    def limits_cores(self) -> bool:
+        """Whether a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the
+        ops inside run on fewer cores; elsewhere the scope only bounds the passes (the compiler
+        says so once)."""
+        return False
+
+    def replays_watched(self) -> bool:
+        """Whether the runtime's graph of a ``"watched"`` program can be replayed node by node
+        (``replay_watched``): tensor dumps of replayed calls (``capture/dumping``)."""
+        return False
+
     def pool_lock(self, pool: Any) -> threading.RLock:
         """The lock under which a call stages its inputs, replays and takes its outputs.
 

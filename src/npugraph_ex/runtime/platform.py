@@ -1,5 +1,7 @@
-"""What a device does, in one object per device type: the answers passes, kernels, the compiler
-and capture policy use where a choice depends on the device.
+"""What pays on a device, in one object per device type: the tuning answers passes, kernels and
+the compiler use where a choice depends on the device. How a device captures, stages and replays
+is its runtime's (``base.DeviceRuntime``: warm-up before a capture, whether replays re-run core
+limits or can be watched node by node); both are named in one row of ``devices.DEVICES``.
 
 The stages above ``runtime/`` are device-free. Where one of them would pick an optimisation by
 device (whether a rewrite of a matrix product pays, which fused kernels a pattern may put in,
@@ -126,23 +128,6 @@ class Platform:
         """In the serving process, before a load (``kernels/loading``): take the ``facts`` a
         compile process sent, so that the first load in the process does not find them out
         itself (on CPU, the vector-instruction probes: a second of Python calls)."""
-
-    def warms_up(self, kind: str) -> bool:
-        """Whether a capture of a program of ``kind`` (``Program.kind``) is preceded by the
-        ``num_warmup_iters`` eager runs: a device graph records what lazily made library state
-        would otherwise be made during the recording."""
-        return True
-
-    def limits_cores(self) -> bool:
-        """Whether a replay re-runs ``limit_core_num`` scopes (``npugraph_ex.scope``), so the
-        ops inside run on fewer cores; elsewhere the scope only bounds the passes (the compiler
-        says so once)."""
-        return False
-
-    def replays_watched(self) -> bool:
-        """Whether the runtime's graph of a ``"watched"`` program can be replayed node by node
-        (``replay_watched``): tensor dumps of replayed calls (``capture/dumping``)."""
-        return False
 
     def key_rule(self) -> KeyRule | None:
         """How keys of a graph with symbolic product row counts are specialised: the rule that

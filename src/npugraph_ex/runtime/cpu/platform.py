@@ -120,16 +120,6 @@ class CpuPlatform(Platform):
     def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
         HOST_ANSWERS.take(facts)
 
-    def warms_up(self, kind: str) -> bool:
-        # Compiled kernels are called, not recorded: their capture is their first run.
-        return kind != "kernels"
-
-    def limits_cores(self) -> bool:
-        return True  # the replay engine re-issues the scope's edges: intra-op threads
-
-    def replays_watched(self) -> bool:
-        return True
-
     def split_pays(self, product: Product, parts: int) -> bool:
         """A float32 product of 1 to ``SPLIT_MAX_ROWS`` rows (a plain count) by a weight of at
         least ``SPLIT_MIN_WEIGHT_ELEMENTS``, cut into at least two blocks, on a host where the

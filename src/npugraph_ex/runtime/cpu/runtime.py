@@ -23,6 +23,16 @@ from npugraph_ex.runtime.watched import WatchedRun
 class CpuRuntime(DeviceRuntime):
     name = "cpu"
 
+    def warms_up(self, kind: str) -> bool:
+        # Compiled kernels are called, not recorded: their capture is their first run.
+        return kind != "kernels"
+
+    def limits_cores(self) -> bool:
+        return True  # the replay engine re-issues the scope's edges: intra-op threads
+
+    def replays_watched(self) -> bool:
+        return True
+
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         with torch.no_grad():
             for _ in range(iters):
