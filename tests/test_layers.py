@@ -110,3 +110,15 @@ def test_pattern_modules_never_import_their_package_back(path: Path) -> None:
     assert "npugraph_ex.passes.patterns" not in imported_modules(path)
     if path.stem != "builtin":  # the one list of patterns imports them, never the other way
         assert "npugraph_ex.passes.patterns.builtin" not in imported_modules(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if not module_name(p).startswith("npugraph_ex.runtime")],
+    ids=lambda p: module_name(p),
+)
+def test_only_the_runtime_reaches_into_a_device_s_modules(path: Path) -> None:
+    # Above ``runtime/`` a device is reached through its runtime and its platform
+    # (``runtime_for``, ``platform_for``), never through one device's own modules.
+    reached = [m for m in imported_modules(path) if m.startswith("npugraph_ex.runtime.cpu")]
+    assert not reached, f"{module_name(path)} imports {reached}"

@@ -10,8 +10,8 @@ from helpers import capture_on_cpu as capture
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.base import Program
-from npugraph_ex.runtime.cpu.memory import tensors_in
 from npugraph_ex.runtime.cpu.steps import result_tensor_lister
+from npugraph_ex.runtime.tensors import tensors_in
 from npugraph_ex.schemas import out_variant
 
 aten = torch.ops.aten

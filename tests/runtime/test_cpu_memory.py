@@ -10,7 +10,8 @@ from torch.utils import _pytree as pytree
 
 from helpers import capture_on_cpu as capture
 from helpers import captured_on_cpu
-from npugraph_ex.runtime.cpu.memory import ALIGNMENT, Buffer, assign_offsets, tensors_in
+from npugraph_ex.runtime.cpu.memory import ALIGNMENT, Buffer, assign_offsets
+from npugraph_ex.runtime.tensors import tensors_in
 
 
 def overlap_in_bytes(a: Buffer, b: Buffer) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu import probes as host_probes
+from npugraph_ex.runtime.platform import platform_for
 
 
 def cpu_model() -> str:
@@ -95,7 +95,7 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         record["accelerator"] = torch.cuda.get_device_name()
         record["cuda"] = torch.version.cuda
     else:
-        record["host_probes"] = host_probes.decisions()
+        record["host_probes"] = platform_for("cpu").host_decisions()
         record["mkl_intel_paths"] = mkl_intel_paths()
     return record
 

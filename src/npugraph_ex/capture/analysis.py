@@ -17,7 +17,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.passes.graph_facts import fake_value
-from npugraph_ex.runtime.cpu.memory import tensors_in
+from npugraph_ex.runtime.tensors import tensors_in
 from npugraph_ex.schemas import NON_BLOCKING_COPIES, argument_value
 
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by

@@ -124,6 +124,11 @@ class Platform:
         loading``), filled in when the block ends; none by default."""
         return contextlib.nullcontext({})
 
+    def host_decisions(self) -> dict[str, Any]:
+        """What this host's probes measured and decided, for a benchmark's record of where it
+        ran; none by default."""
+        return {}
+
     def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
         """In the serving process, before a load (``kernels/loading``): take the ``facts`` a
         compile process sent, so that the first load in the process does not find them out

@@ -29,12 +29,13 @@ from torch._ops import OpOverload
 from npugraph_ex.runtime.cpu.bindings import fastest_call
 from npugraph_ex.runtime.cpu.constants import Constants
 from npugraph_ex.runtime.cpu.lanes import Lane, LaneProgram, keep_block_memory
-from npugraph_ex.runtime.cpu.memory import MemoryPlan, plan_memory, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.memory import MemoryPlan, plan_memory, storage_keys
 from npugraph_ex.runtime.cpu.pool import CpuPool, PlacedCapture
 from npugraph_ex.runtime.cpu.program import straight_line
 from npugraph_ex.runtime.cpu.recorder import KernelRecorder
 from npugraph_ex.runtime.cpu.steps import Step
 from npugraph_ex.runtime.cpu.views import share_equal_views
+from npugraph_ex.runtime.tensors import tensors_in
 from npugraph_ex.runtime.watched import WatchPoint
 
 

@@ -32,8 +32,9 @@ from torch._ops import OpOverload
 from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import first_line
 from npugraph_ex.runtime.cpu.lanes import wait_nothing
-from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys
 from npugraph_ex.runtime.cpu.steps import COMPUTED_BY, SYNCHRONOUS_NAMESPACES, Step
+from npugraph_ex.runtime.tensors import tensors_in
 
 MAX_BYTES = 8 * 1024
 """Largest storage a constant step may write (a float mask of 45 x 45 positions). A constant

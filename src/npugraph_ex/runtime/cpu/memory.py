@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from npugraph_ex.runtime.tensors import tensors_in
+
 ALIGNMENT = 64
 """Byte alignment of every planned storage (a cache line; at least any element size)."""
 
@@ -63,26 +65,6 @@ class MemoryPlan:
     @property
     def output_bytes(self) -> int:
         return sum(buffer.nbytes for buffer in self.outputs)
-
-
-def tensors_in(values: Any) -> list[torch.Tensor]:
-    """The tensors in ``values`` in order, through nested lists, tuples and dicts: what
-    ``pytree.tree_leaves`` finds among a kernel's arguments and results, at a fraction of its
-    cost (a capture asks for them several times per kernel)."""
-    found: list[torch.Tensor] = []
-    collect_tensors(values, found)
-    return found
-
-
-def collect_tensors(value: Any, found: list[torch.Tensor]) -> None:
-    if isinstance(value, torch.Tensor):
-        found.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            collect_tensors(item, found)
-    elif isinstance(value, dict):
-        for item in value.values():
-            collect_tensors(item, found)
 
 
 def storage_key(tensor: torch.Tensor) -> int:

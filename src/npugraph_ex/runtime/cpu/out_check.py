@@ -28,7 +28,7 @@ import torch
 from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
-from npugraph_ex.runtime.cpu.memory import tensors_in
+from npugraph_ex.runtime.tensors import tensors_in
 
 VERDICTS: dict[tuple, bool] = {}
 """Per (``out=`` overload, layout of its arguments and results): whether it writes in place.

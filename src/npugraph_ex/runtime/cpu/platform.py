@@ -120,6 +120,9 @@ class CpuPlatform(Platform):
     def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
         HOST_ANSWERS.take(facts)
 
+    def host_decisions(self) -> dict[str, Any]:
+        return probes.decisions()
+
     def split_pays(self, product: Product, parts: int) -> bool:
         """A float32 product of 1 to ``SPLIT_MAX_ROWS`` rows (a plain count) by a weight of at
         least ``SPLIT_MIN_WEIGHT_ELEMENTS``, cut into at least two blocks, on a host where the

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from npugraph_ex.runtime.cpu.memory import storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.memory import storage_keys
+from npugraph_ex.runtime.tensors import tensors_in
 
 
 def allocated_storages(

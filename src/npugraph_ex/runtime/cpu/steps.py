@@ -35,8 +35,9 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
-from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys, tensors_in
+from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys
 from npugraph_ex.runtime.cpu.out_check import writes_in_place
+from npugraph_ex.runtime.tensors import tensors_in
 from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
