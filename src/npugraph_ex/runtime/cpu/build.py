@@ -7,8 +7,8 @@
     place            intermediates into the pool's arena, outputs into its slots
     share_views      one tensor object per place the steps pass
 
-Each step reads and extends one ``Build`` record, and the result is one ``Program`` object: the
-key holds it, and releasing the key drops it. Three steps can be switched off by name
+Each step reads and extends one ``Build`` record, and the result is one ``BuiltReplay``: the key
+holds it, and releasing the key drops it. Three steps can be switched off by name
 (``disabled_build_steps``, for comparisons): without ``fold_constants`` every step is replayed;
 without ``place`` the capture takes no pool and every storage keeps its own allocation (nothing
 is freed while it runs, nothing folds); without ``share_views`` each recorded tensor object
@@ -28,7 +28,7 @@ from torch._ops import OpOverload
 
 from npugraph_ex.runtime.cpu.bindings import fastest_call
 from npugraph_ex.runtime.cpu.constants import Constants
-from npugraph_ex.runtime.cpu.lanes import Lane, LaneProgram, keep_block_memory
+from npugraph_ex.runtime.cpu.lanes import Lane, LaneReplay, keep_block_memory
 from npugraph_ex.runtime.cpu.memory import MemoryPlan, plan_memory, storage_keys
 from npugraph_ex.runtime.cpu.pool import CpuPool, PlacedCapture
 from npugraph_ex.runtime.cpu.program import straight_line
@@ -89,7 +89,7 @@ def bind_kernels(build: Build) -> None:
 
 def lanes(build: Build) -> None:
     if build.concurrent:
-        build.replay = LaneProgram(build.steps, build.lanes, build.recorder.lanes.tags)
+        build.replay = LaneReplay(build.steps, build.lanes, build.recorder.lanes.tags)
     else:
         build.replay = straight_line(build.steps)
 
@@ -139,7 +139,7 @@ SWITCHABLE = frozenset({"fold_constants", "place", "share_views"})
 
 
 @dataclass
-class Program:
+class BuiltReplay:
     """What one key replays: its steps, the memory they run in, and what it reports."""
 
     replay: Callable[[], None]
@@ -162,14 +162,14 @@ class Program:
     """Without a pool, what keeps the capture's storages alive."""
 
 
-def build_program(build: Build, disabled: frozenset[str] = frozenset()) -> Program:
+def build_replay(build: Build, disabled: frozenset[str] = frozenset()) -> BuiltReplay:
     """Run ``BUILD_STEPS`` (those not ``disabled``) on ``build``; the program they made."""
     for name, step in BUILD_STEPS:
         if name not in disabled:
             step(build)
     recorder, plan = build.recorder, build.plan
     pool_bytes = build.placed.nbytes if build.placed else unpooled_bytes(plan)
-    return Program(
+    return BuiltReplay(
         replay=build.replay,
         outputs=build.outputs,
         placed=build.placed,

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.base import CapturedGraph
-from npugraph_ex.runtime.cpu.build import Program
+from npugraph_ex.runtime.cpu.build import BuiltReplay
 from npugraph_ex.runtime.cpu.pool import PlacedCapture
 from npugraph_ex.runtime.cpu.program import steps_of
 from npugraph_ex.runtime.cpu.steps import Step
 
-RELEASED = Program(
+RELEASED = BuiltReplay(
     replay=lambda: None,
     outputs=[],
     placed=None,
@@ -41,9 +41,9 @@ RELEASED = Program(
 
 
 class CpuGraph(CapturedGraph):
-    """One key's program (``build.Program``) and the memory it runs in."""
+    """One key's built replay (``build.BuiltReplay``) and the memory it runs in."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: BuiltReplay):
         self.program = program
 
     @property

@@ -115,7 +115,7 @@ def keep_block_memory(steps: Sequence[Step], lanes: Sequence[Lane], step_tensors
         step_tensors[end] = [*step_tensors[end], *tensors]
 
 
-class LaneProgram:
+class LaneReplay:
     """The replay of a capture whose steps run on several lanes.
 
     A tag whose every block starts with its collectives gets no worker: its blocks are issued in

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.runtime.base import Capture, DeviceRuntime, Program, as_output_list
-from npugraph_ex.runtime.cpu.build import Build, build_program
+from npugraph_ex.runtime.cpu.build import Build, build_replay
 from npugraph_ex.runtime.cpu.forked import FORKED_CHILDREN
 from npugraph_ex.runtime.cpu.graph import CpuGraph, caller_aliases
 from npugraph_ex.runtime.cpu.heap import release_free_heap
@@ -69,7 +69,7 @@ class CpuRuntime(DeviceRuntime):
             pool=pool,
             watched=watcher.points if watcher is not None else (),
         )
-        graph = CpuGraph(build_program(build, program.disabled_steps))
+        graph = CpuGraph(build_replay(build, program.disabled_steps))
         del build, recorder, watcher  # the capture's own storages, now moved into the pool
         release_free_heap()
         if graph.placed is not None:
