@@ -140,14 +140,22 @@ class Soak:
         for thread in [*threads, fault_thread]:
             thread.join()
         end = {"resident_mib": round(resident_mib(), 1), "descriptors": open_descriptors()}
+        from npugraph_ex.kernels.processes import PROCESSES
+
         states: dict[str, int] = {}
+        reasons: dict[str, int] = {}
         for graph in npugraph_ex.stats()["graphs"]:
             for state, count in graph.get("background", {}).items():
                 states[state] = states.get(state, 0) + count
+            for key in graph.get("keys", {}).values():
+                reason = key.get("kernel_tier", "")
+                reasons[reason] = reasons.get(reason, 0) + 1
         return {
             **self.counts,
             "compile_processes_seen": len(self.workers),
             "key_states": states,
+            "why_keys_are_not_on_kernels": reasons,
+            "compiles_in_flight_at_end": PROCESSES.in_flight,
             "after_warmup": start,
             "end": end,
             "resident_mib_each_minute": minutes,

@@ -161,6 +161,22 @@ def test_every_key_not_on_kernels_says_why() -> None:
     assert key_reason() == "not hot: 2 of 1000000 replays (ATen)"
 
 
+@torch.no_grad()
+def test_a_key_captured_after_its_graph_turned_hot_says_it_asks_at_its_next_replay() -> None:
+    # The keys of a graph with symbolic sizes share one compile, asked for once the graph's
+    # keys together are hot: a key captured later asks at its first replay, not after its own.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 16)
+    fn = torch.compile(model, backend="npugraph_ex", dynamic=True, options=TIER)
+    for _ in range(4):
+        fn(torch.randn(3, 16))  # a capture, then replays past background_compile_after
+    fn(torch.randn(5, 16))  # a new key, captured: not replayed yet
+    (graph,) = graphs_called()
+    (later,) = [key for name, key in graph["keys"].items() if "5x16" in name]
+    said = later["kernel_tier"]
+    assert said == "not hot: asks for the graph's shared kernels at its next replay (ATen)"
+
+
 def test_the_state_table_settles_every_key_and_releases_from_anywhere() -> None:
     assert SETTLED == {
         KeyState.KERNELS,

@@ -134,6 +134,8 @@ class TieredGraph(CapturedGraph):
         """Where the key stands, and why it is not on kernels where it is not."""
         if self.state is KeyState.NOT_HOT:
             shared = self.tier.shares(self.own)
+            if shared and self.tier.hot(self.replays, self.own):  # captured since it was hot
+                return "not hot: asks for the graph's shared kernels at its next replay (ATen)"
             replays = self.tier.replays if shared else self.replays
             whose = "the graph's keys' " if shared else ""
             return f"not hot: {replays} of {self.tier.after} replays ({whose}ATen)"
