@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = (ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "notes.md")
+NOTES = ROOT / "docs" / "notes"
+PAGES = (ROOT / "docs" / "benchmarks.md", *sorted(NOTES.glob("*.md")))
 LINKING = (
     ROOT / "README.md",
     ROOT / "benchmarks" / "README.md",
-    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs").rglob("*.md")),
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SHARED = {"common.py"}
@@ -66,9 +67,21 @@ def test_a_link_into_the_benchmark_pages_lands_on_a_heading(
 
 def test_the_pages_link_to_each_other() -> None:
     assert len(LINKS) > 20
-    notes, page = PAGES[1].read_text(), PAGES[0].read_text()
-    assert "benchmarks.md#investigations" in notes
-    assert "notes.md#" in page
+    index, page = (NOTES / "README.md").read_text(), PAGES[0].read_text()
+    assert "benchmarks.md#investigations" in index
+    assert "notes/" in page
+
+
+@pytest.mark.parametrize(
+    "note", sorted(p.name for p in NOTES.glob("*.md") if p.name != "README.md")
+)
+def test_the_notes_index_lists_every_page_and_each_page_its_first_record(note: str) -> None:
+    # One page per investigation: the index links it, and the page says when it was first
+    # recorded, at which commit, and links back.
+    assert f"]({note})" in (NOTES / "README.md").read_text()
+    text = (NOTES / note).read_text()
+    assert re.search(r"\*First recorded \d{4}-\d\d-\d\d, commit `[0-9a-f]{7,}`", text), note
+    assert "[All notes](README.md)" in text
 
 
 @pytest.mark.parametrize(
@@ -78,7 +91,7 @@ def test_the_pages_link_to_each_other() -> None:
 def test_every_benchmark_script_is_named_by_a_document_or_a_test(script: str) -> None:
     named = [
         path
-        for path in [*(ROOT / "docs").glob("*.md"), *(ROOT / "tests").rglob("*.py")]
+        for path in [*(ROOT / "docs").rglob("*.md"), *(ROOT / "tests").rglob("*.py")]
         if f"benchmarks/{script}" in path.read_text()
     ]
     assert named, f"benchmarks/{script}: no document or test names it; fold it or remove it"

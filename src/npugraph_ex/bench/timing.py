@@ -37,7 +37,7 @@ def interleaved(
     """Run every block once per repeat; return its times by variant. Each timed round starts
     with the next block (round 0 in the given order, round 1 from the second block, ...): on a
     2-core host the block timed last in every round read up to 10% faster than an identical one
-    (``docs/notes.md``, "Products through oneDNN").
+    (``docs/notes/products-through-onednn.md``).
 
     ``warmup`` untimed rounds in the given order come first. ``after_round`` (progress reporting)
     runs between rounds, outside every timed block.

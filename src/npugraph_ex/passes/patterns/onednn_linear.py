@@ -16,7 +16,7 @@ place between calls is read as it is then). ``python benchmarks/few_row_products
 times the tiny Qwen3's 29 products both ways at 1 to 256 rows, interleaved: 1.2x to 1.7x faster
 from 4 rows on, 0.94x at one row. Timed per weight size, oneDNN's fixed cost per call (about
 10 us here) makes it slower than ``mm`` on small weights. Qwen3-0.6B's larger weights gain 1.8x
-(one row) to 3.3x (``docs/notes.md``, "Products through oneDNN").
+(one row) to 3.3x (``docs/notes/products-through-onednn.md``).
 
 Applied to 2-d products whose weight is contiguous and of constant size, that the few-row split
 (``row_products``, whose pass runs first) does not take, where the platform of their device says

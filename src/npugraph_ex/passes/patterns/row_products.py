@@ -18,11 +18,12 @@ the same way, its bias added inside the batched product, as ``addmm`` adds it in
             (then the same reshape as above)
 
 On the tiny Qwen3 decode step this makes the replay 2x to 3x faster than eager instead of about
-1.25x (``docs/notes.md``; measured with 2 threads, the only count tried). Applied where the
-row count is a constant, the weight is contiguous and its rows divide into at least two blocks,
-and the platform of the tensors' device says the split pays (``Platform.split_pays``; the CPU
-answers in ``runtime/cpu/platform.py``: float32, few rows, a weight large enough, on a host where
-a measurement says so); the block count is fixed when the graph is compiled. Where the
+1.25x (``docs/notes/the-demo-on-cpu-earlier-runs.md``; measured with 2 threads, the only count
+tried). Applied where the row count is a constant, the weight is contiguous and its rows divide
+into at least two blocks, and the platform of the tensors' device says the split pays
+(``Platform.split_pays``; the CPU answers in ``runtime/cpu/platform.py``: float32, few rows, a
+weight large enough, on a host where a measurement says so); the block count is fixed when the
+graph is compiled. Where the
 row count is symbolic (``dynamic=True``), each captured key whose sizes give few enough rows gets
 the same split at capture (``split_of``, ``capture/key_shapes.py``). Not applied with
 ``static_kernel_compile``, whose own decomposition of few-row products into reductions is faster
