@@ -10,7 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "docs" / "notes"
-PAGES = (ROOT / "docs" / "benchmarks.md", *sorted(NOTES.glob("*.md")))
+PAGES = (
+    ROOT / "docs" / "benchmarks.md",
+    *sorted(NOTES.glob("*.md")),
+    ROOT / "benchmarks" / "README.md",
+)
 LINKING = (
     ROOT / "README.md",
     ROOT / "benchmarks" / "README.md",
@@ -63,6 +67,11 @@ def test_a_link_into_the_benchmark_pages_lands_on_a_heading(
     where: str, page: Path, fragment: str
 ) -> None:
     assert fragment in anchors(page), f"{where}: no heading with anchor #{fragment}"
+
+
+def test_the_benchmarks_page_holds_the_current_figures_only() -> None:
+    # How each figure was found goes to a page of the notes; the page stays readable in one go.
+    assert len(PAGES[0].read_text().splitlines()) < 400
 
 
 def test_the_pages_link_to_each_other() -> None:
