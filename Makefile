@@ -25,7 +25,7 @@ test: install
 # and replay times.
 zoo: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e/test_zoo.py
-	PYTHONPATH=tests $(PYTHON) tests/zoo_table.py --out docs/zoo.md
+	PYTHONPATH=src:tests $(PYTHON) -m zoo.table --out docs/zoo.md
 
 demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png

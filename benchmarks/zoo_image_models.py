@@ -1,7 +1,7 @@
 """Is the CPU default at least as fast as the faster of eager and plain Inductor on every image
 model of the zoo, alone and with two other compiled models in its process?
 
-Each model of ``tests/zoo_models.py``'s ``vision`` kind runs in a fresh process of its own (a fresh
+Each model of ``tests/zoo/models.py``'s ``vision`` kind runs in a fresh process of its own (a fresh
 Inductor cache), on one batch of its images: a copy on the default (the kernel tier) is called
 until its keys settle, a plain-Inductor copy is compiled, and eager, the default and Inductor are
 timed in interleaved rounds ("alone"). Then two other compiled models join the process, the tiny
@@ -38,8 +38,8 @@ def image_model(name: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The zoo model ``name`` (random weights, calibrated norms) and one batch of its images."""
     import torch
 
-    from zoo_checks import BATCH
-    from zoo_models import ZOO
+    from zoo.checks import BATCH
+    from zoo.models import ZOO
 
     entry = ZOO[name]
     model = entry.build()
@@ -125,7 +125,7 @@ def main() -> None:
         return
     from common import environment, environment_line, format_table
 
-    from zoo_models import ZOO
+    from zoo.models import ZOO
 
     names = (
         args.models.split(",") if args.models else [n for n, e in ZOO.items() if e.kind == "vision"]

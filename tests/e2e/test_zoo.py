@@ -1,4 +1,4 @@
-"""End to end: every architecture of the model zoo (``tests/zoo_models.py``) against eager.
+"""End to end: every architecture of the model zoo (``tests/zoo/models.py``) against eager.
 
 For each model, forward calls of one shape with new inputs each time: one capture, then replays
 that match eager and fall back to nothing; for a few image models also with ``dynamic=True`` over
@@ -12,8 +12,8 @@ small models also run with ``static_kernel_compile=True``, and two image models 
 and GPT-2's generation with both caches; the other image models, generations, static and
 background kernels and the bit-for-bit comparison with Dynamo alone are marked ``zoo`` and run
 with ``make zoo`` (about 6 minutes on 2 cores once torch's compile caches are warm), which also
-writes the same results, and eager and replay times, as a table to ``docs/zoo.md`` (``python
-tests/zoo_table.py --out docs/zoo.md``).
+writes the same results, and eager and replay times, as a table to ``docs/zoo.md``
+(``PYTHONPATH=src:tests python -m zoo.table --out docs/zoo.md``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pytest
 import torch
 
 from helpers import graphs_called
-from zoo_background import BACKGROUND_ASSERTED, check_background
-from zoo_checks import CALLS, DYNAMIC_BATCHES, NEW_TOKENS, check_forward, check_generate
-from zoo_models import ZOO
+from zoo.background import BACKGROUND_ASSERTED, check_background
+from zoo.checks import CALLS, DYNAMIC_BATCHES, NEW_TOKENS, check_forward, check_generate
+from zoo.models import ZOO
 
 pytest.importorskip("transformers")
 

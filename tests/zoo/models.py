@@ -3,8 +3,8 @@
 ``ZOO`` maps a name to how to build the model (a config, never a download) and what kind it is:
 ``decoder`` (a causal LM), ``encoder`` (masked LM over a padded batch), ``seq2seq`` (encoder and
 decoder over given decoder ids) or ``vision`` (image classification). What is run on each model
-lives in ``zoo_checks`` and ``zoo_background``; ``tests/e2e/test_zoo.py`` asserts on their
-results, and ``zoo_table`` writes them as the table of ``docs/zoo.md``.
+lives in ``checks`` and ``background``; ``tests/e2e/test_zoo.py`` asserts on their
+results, and ``table`` writes them as the table of ``docs/zoo.md``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class ZooModel:
     """Side of the square images a ``vision`` model is given."""
     dynamic: bool = False
     """Also checked compiled with ``dynamic=True`` over the batch sizes of
-    ``zoo_checks.DYNAMIC_BATCHES``."""
+    ``checks.DYNAMIC_BATCHES``."""
 
     def build(self) -> torch.nn.Module:
         import transformers

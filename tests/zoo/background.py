@@ -22,8 +22,8 @@ import torch
 
 from helpers import counts, graphs_called
 from npugraph_ex.kernels.processes import PROCESSES
-from zoo_checks import Check, Settling, forward_inputs, time_replays
-from zoo_models import ZooModel
+from zoo.checks import Check, Settling, forward_inputs, time_replays
+from zoo.models import ZooModel
 
 BACKGROUND: dict[str, Any] = {"static_kernel_compile": "background", "background_compile_after": 2}
 """The options of the check: hot after two replays, so that a key gets its kernels early."""

@@ -2,7 +2,7 @@
 eagerly, and how long eager calls and replays take.
 
 Each check returns a ``Check``: the outputs of both, call by call, and the capture counters of
-the compiled calls, for ``tests/e2e/test_zoo.py`` to assert on and ``zoo_table`` to write down.
+the compiled calls, for ``tests/e2e/test_zoo.py`` to assert on and ``table`` to write down.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from helpers import counts
 from npugraph_ex.bench.decode import cache_keyword
-from zoo_models import VOCAB, ZooModel
+from zoo.models import VOCAB, ZooModel
 
 BATCH, SEQ, DECODER_SEQ = 2, 8, 5
 PROMPT_LEN = 5

@@ -3,7 +3,7 @@
 A row says what the check captured, replayed and fell back on, how close it came to eager, what
 its background keys settled on, and eager calls against replays, timed::
 
-    PYTHONPATH=src:tests python tests/zoo_table.py --out docs/zoo.md
+    PYTHONPATH=src:tests python -m zoo.table --out docs/zoo.md
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import npugraph_ex
 from npugraph_ex.bench.environment import environment, environment_line
 from npugraph_ex.bench.tables import format_table
 from npugraph_ex.capture.tiers import TRIAL_CALLS
-from zoo_background import BACKGROUND, BACKGROUND_ASSERTED, SETTLE_SECONDS, check_background
-from zoo_checks import (
+from zoo.background import BACKGROUND, BACKGROUND_ASSERTED, SETTLE_SECONDS, check_background
+from zoo.checks import (
     BATCH,
     CALLS,
     DECODER_SEQ,
@@ -38,7 +38,7 @@ from zoo_checks import (
     check_forward,
     check_generate,
 )
-from zoo_models import CALIBRATION_BATCH, VOCAB, ZOO, ZooModel
+from zoo.models import CALIBRATION_BATCH, VOCAB, ZOO, ZooModel
 
 CHECKS: dict[str, Callable[[ZooModel], Check]] = {
     "forward": lambda entry: check_forward(entry, timed=TIMED_CALLS),
@@ -214,7 +214,7 @@ check's last inputs, interleaved, and the median wall-clock time of each, on the
 below (its cores possibly shared with other work: a ratio is a rough guide); "x1.20" means the
 replay took 1/1.2 of the eager time.
 
-{fallbacks}Written by `PYTHONPATH=src:tests python tests/zoo_table.py --out docs/zoo.md`
+{fallbacks}Written by `PYTHONPATH=src:tests python -m zoo.table --out docs/zoo.md`
 ({seconds:.0f} s).
 
 {environment}; npugraph_ex commit {commit}.
