@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("passes/",),
     ("runtime/",),
     ("scope/", "ops", "debug/"),
-    ("config", "option_checks", "errors", "compat", "schemas", "fixed_views"),
+    ("config", "option_checks", "errors", "compat", "schemas", "fixed_views", "process_state"),
 )
 """Top to bottom; a module may import its own layer and those below it."""
 
@@ -123,3 +123,48 @@ def test_only_the_runtime_reaches_into_a_device_s_modules(path: Path) -> None:
     devices = ("npugraph_ex.runtime.cpu", "npugraph_ex.runtime.cuda", "npugraph_ex.runtime.npu")
     reached = [m for m in imported_modules(path) if m.startswith(devices)]
     assert not reached, f"{module_name(path)} imports {reached}"
+
+
+def process_state(path: Path) -> list[str]:
+    """The module-level names of ``path`` bound to state that changes while the process runs:
+    an empty container, or an instance made with no arguments (a lock, a registry)."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not (
+            getattr(value, "keys", None) or getattr(value, "elts", None)
+        )
+        call = isinstance(value, ast.Call) and not value.args and not value.keywords
+        name = ast.unparse(value.func).rpartition(".")[2] if call else ""
+        made = call and (name[:1].isupper() or name in {"set", "dict", "list", "local", "count"})
+        if isinstance(target, ast.Name) and (empty or made):
+            found.append(target.id)
+    return found
+
+
+STATEFUL = [
+    f"{module_name(p).removeprefix('npugraph_ex.')}.{name}"
+    for p in MODULES
+    for name in process_state(p)
+]
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+def test_process_wide_state_is_listed_with_its_reason(name: str) -> None:
+    from npugraph_ex.process_state import PROCESS_STATE
+
+    assert name in PROCESS_STATE, (
+        f"{name} is state kept for the whole process: put it on an object, or list it in "
+        "npugraph_ex/process_state.py with why it is the process's"
+    )
+
+
+def test_the_list_of_process_wide_state_names_only_what_exists() -> None:
+    from npugraph_ex.process_state import PROCESS_STATE
+
+    assert sorted(PROCESS_STATE) == sorted(STATEFUL)

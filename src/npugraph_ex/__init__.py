@@ -20,8 +20,9 @@ one above (``tests/test_layers.py`` reads every import):
 6. ``passes/``: graph rewrites, one a file, in the order ``passes/pipeline.py`` writes once.
 7. ``runtime/``: each device's capture and replay.
 8. ``scope/``, ``ops``, ``debug/``: stream and core scopes and their ops; leaf debugging helpers.
-9. ``config``, ``option_checks``, ``errors``, ``compat``, ``schemas``, ``fixed_views``: what every
-   layer may read.
+9. ``config``, ``option_checks``, ``errors``, ``compat``, ``schemas``, ``fixed_views``,
+   ``process_state``: what every layer may read (the last lists the state kept for the whole
+   process, and why).
 """
 
 from __future__ import annotations

@@ -75,6 +75,7 @@ class CaptureManager:
         self.blocker = None if config.force_eager else facts.blocker
         self.stats = GraphStats(name, facts.device_type, live_view(self))
         self.number = register(self)
+        programs.number = self.number  # one number names the graph everywhere
         if self.blocker is not None:
             self.refuse(self.blocker)
 

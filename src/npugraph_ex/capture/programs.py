@@ -13,7 +13,6 @@ key got is counted here (``counts``), and read by the graph's stats.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,9 +29,6 @@ from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
 
-NUMBERS = itertools.count()
-
-
 class KeyPrograms:
     """Builds the ``Program`` of each new key of one graph (see the module docstring)."""
 
@@ -48,8 +44,9 @@ class KeyPrograms:
     ):
         self.fn = fn
         self.name = name
-        self.number = next(NUMBERS)
-        """Names this graph in messages said once (``name`` recurs after a Dynamo reset)."""
+        self.number = -1
+        """Names this graph in messages said once (``name`` recurs after a Dynamo reset): its
+        capture manager's number, set when the manager registers."""
         self.kernels = kernels
         """With ``static_kernel_compile``: the graph's kernel tier; synchronous (``True``): each
         chosen key's kernels compiled before its capture, else compiled while its ATen replay
