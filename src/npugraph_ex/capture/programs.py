@@ -29,6 +29,7 @@ from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
 
 log = logging.getLogger(__name__)
 
+
 class KeyPrograms:
     """Builds the ``Program`` of each new key of one graph (see the module docstring)."""
 

@@ -28,11 +28,16 @@ import torch.fx
 from npugraph_ex.config import Config
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.errors import ScopeError
-from npugraph_ex.passes.stream_syncs import LOWERED, lower_dynamo_syncs, unwrap_control_deps
+from npugraph_ex.passes.stream_syncs import (
+    LOWERED,
+    is_control_deps,
+    is_current,
+    lower_dynamo_syncs,
+    stream_op,
+    unwrap_control_deps,
+    wrapped_op,
+)
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY
-
-STREAM_OPS = "streams"
-"""The namespace of Dynamo's stream and event ops (``torch.ops.streams``)."""
 
 INSTEAD = (
     "Write the branch as a block of npugraph_ex.scope.stream(tag) and order blocks with "
@@ -75,33 +80,7 @@ def convert_native_streams(graph: torch.fx.Graph) -> None:
                 enter = graph.call_function(SCOPE_ENTER, (keys, [tag, str(priority)]))
                 enter.meta["stack_trace"] = source
         open_tag = tag
-    lower_dynamo_syncs(graph, lambda index: stream_lane(index)[0])
-
-
-def stream_op(node: torch.fx.Node) -> str | None:
-    """The name of a node's op among Dynamo's stream and event ops, else None."""
-    target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-        return None
-    return target._opname if target.namespace == STREAM_OPS else None
-
-
-def is_control_deps(node: torch.fx.Node) -> bool:
-    """Whether a node is AOTAutograd's wrapper that orders a stream synchronisation."""
-    target = node.target
-    return isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "control_deps"
-
-
-def wrapped_op(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The stream op in the subgraph a ``control_deps`` node runs, if it can be found."""
-    getter = node.args[1] if len(node.args) > 1 else None
-    module = node.graph.owning_module
-    if not isinstance(getter, torch.fx.Node) or getter.op != "get_attr" or module is None:
-        return None
-    subgraph = getattr(module, str(getter.target), None)
-    if not isinstance(subgraph, torch.fx.GraphModule):
-        return None
-    return next((inner for inner in subgraph.graph.nodes if stream_op(inner)), None)
+    lower_dynamo_syncs(graph, lambda index: traced_stream_tag(index)[0])
 
 
 def refuse(node: torch.fx.Node) -> NoReturn:
@@ -121,10 +100,10 @@ def stream_index(node: torch.fx.Node) -> int | None:
 def side_stream(node: torch.fx.Node) -> tuple[str | None, int]:
     """The tag and priority of the stream a node was traced on, or None for the current one."""
     index = stream_index(node)
-    return (None, 0) if index is None else stream_lane(index)
+    return (None, 0) if index is None else traced_stream_tag(index)
 
 
-def stream_lane(index: int) -> tuple[str | None, int]:
+def traced_stream_tag(index: int) -> tuple[str | None, int]:
     """The tag and priority of the stream Dynamo noted at ``index``, or None for the current
     one."""
     stream = traced_stream(index)
@@ -144,13 +123,3 @@ def traced_stream(index: int) -> Any:
     except (ImportError, AssertionError):  # not in Dynamo's table: the index names the stream
         return None
     return stream if isinstance(stream, torch.Stream) else None
-
-
-def is_current(stream: Any) -> bool:
-    """Whether ``stream`` is its device's current stream (the one the graph runs on)."""
-    if not torch.accelerator.is_available():
-        return False
-    accelerator = torch.accelerator.current_accelerator()
-    if accelerator is None or stream.device.type != accelerator.type:
-        return False
-    return stream == torch.accelerator.current_stream(stream.device)

@@ -41,8 +41,47 @@ from npugraph_ex.scope.events import (
 )
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY, block_of
 
+STREAM_OPS = "streams"
+"""The namespace of Dynamo's stream and event ops (``torch.ops.streams``)."""
+
 Lane = str | None
 """A stream block's tag, or None for the main path (the graph's own stream)."""
+
+
+def stream_op(node: torch.fx.Node) -> str | None:
+    """The name of a node's op among Dynamo's stream and event ops, else None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    return target._opname if target.namespace == STREAM_OPS else None
+
+
+def is_control_deps(node: torch.fx.Node) -> bool:
+    """Whether a node is AOTAutograd's wrapper that orders a stream synchronisation."""
+    target = node.target
+    return isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "control_deps"
+
+
+def wrapped_op(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The stream op in the subgraph a ``control_deps`` node runs, if it can be found."""
+    getter = node.args[1] if len(node.args) > 1 else None
+    module = node.graph.owning_module
+    if not isinstance(getter, torch.fx.Node) or getter.op != "get_attr" or module is None:
+        return None
+    subgraph = getattr(module, str(getter.target), None)
+    if not isinstance(subgraph, torch.fx.GraphModule):
+        return None
+    return next((inner for inner in subgraph.graph.nodes if stream_op(inner)), None)
+
+
+def is_current(stream: Any) -> bool:
+    """Whether ``stream`` is its device's current stream (the one the graph runs on)."""
+    if not torch.accelerator.is_available():
+        return False
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None or stream.device.type != accelerator.type:
+        return False
+    return stream == torch.accelerator.current_stream(stream.device)
 
 
 def event_tag(index: int) -> str:
@@ -50,12 +89,10 @@ def event_tag(index: int) -> str:
     return f"torch.Event#{index}"
 
 
-def stream_lane(stream_id: Any, device_index: Any, device_type: Any) -> Lane:
+def lane_of_named_stream(stream_id: Any, device_index: Any, device_type: Any) -> Lane:
     """The lane of the stream TorchAir's ops name by id, device index and device type (numbers,
     or their strings). A default-stream marker (not a number) or a device's stream 0 is the
     graph's own stream."""
-    from npugraph_ex.passes.native_streams import is_current
-
     try:
         numbers = [int(stream_id), int(device_index), int(device_type)]
     except (TypeError, ValueError):
@@ -191,11 +228,11 @@ def lower_on_stream_ops(graph: torch.fx.Graph) -> None:
             continue
         args = list(node.args) + [node.kwargs[k] for k in node.kwargs if k != "created_inside"]
         if node.target is RECORD_ON_STREAM:
-            placer.place(node, EVENT_RECORD, args[0], stream_lane(*args[1:4]))
+            placer.place(node, EVENT_RECORD, args[0], lane_of_named_stream(*args[1:4]))
         elif node.target is WAIT_ON_STREAM:
-            placer.place(node, EVENT_WAIT, args[0], stream_lane(*args[1:4]))
+            placer.place(node, EVENT_WAIT, args[0], lane_of_named_stream(*args[1:4]))
         elif node.target is STREAM_WAIT_STREAM:
-            waiting, waited = stream_lane(*args[0:3]), stream_lane(*args[3:6])
+            waiting, waited = lane_of_named_stream(*args[0:3]), lane_of_named_stream(*args[3:6])
             placer.wait_for(node, waiting, [waited], "wait_stream")
         else:
             continue
@@ -206,8 +243,6 @@ def unwrap_control_deps(node: torch.fx.Node) -> torch.fx.Node | None:
     """Take AOTAutograd's ``control_deps`` wrapper off ``node``: the op it runs stands in its
     place (its users, the dependencies it passed through, read those directly). The op, or
     None where the wrapped op cannot be found."""
-    from npugraph_ex.passes.native_streams import wrapped_op
-
     inner = wrapped_op(node)
     if inner is None:
         return None
