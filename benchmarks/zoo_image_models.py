@@ -7,9 +7,12 @@ until its keys settle, a plain-Inductor copy is compiled, and eager, the default
 timed in interleaved rounds ("alone"). Then two other compiled models join the process, the tiny
 Qwen3's one-token forward on the default (settled on its kernels) and ResNet (MobileNetV2 for
 ResNet itself) under plain Inductor, each called once before every timed call, and the three
-forms are timed again ("beside two others"). Every call is timed alone; a figure is the median
-call. The default's time against the faster of eager and Inductor is the aim's figure: 0.95x or
-more.
+forms are timed again ("beside two others"), once the default has settled again: building the
+neighbours changes transformers' registries, which Dynamo guards, so every form compiles again
+(the default's new graph goes through the tier once more; timed mid-way, it read as slow as
+0.51x, a compile measured rather than a neighbour). Every call is timed alone; a figure is the
+median call. The default's time against the faster of eager and Inductor is the aim's figure:
+0.95x or more.
 
     python benchmarks/zoo_image_models.py                 # every image model, one process each
     python benchmarks/zoo_image_models.py --models resnet,vit --rounds 9
@@ -96,8 +99,16 @@ def measure(name: str, rounds: int, calls: int) -> dict[str, Any]:
         inductor(*images)
         forms = {"eager": model, "default": default, "inductor": inductor}
         alone = timed_rounds(forms, images, rounds, calls, [])
-        beside = timed_rounds(forms, images, rounds, calls, others(name))
-    return {"model": name, "settled": settled, "alone": alone, "beside": beside}
+        neighbours = others(name)
+        # Building the neighbours changes transformers' registries, which Dynamo guards: every
+        # form compiles again at its next call. Inductor's and eager's are ready at once; the
+        # default's new graph starts on its ATen replay, so it is settled again before timing.
+        for fn in forms.values():
+            fn(*images)
+        resettled = settle(default, images, limit_s=600)
+        beside = timed_rounds(forms, images, rounds, calls, neighbours)
+    return {"model": name, "settled": settled, "resettled": resettled, "alone": alone,
+            "beside": beside}  # fmt: skip
 
 
 def ratio(times: dict[str, float]) -> float:
