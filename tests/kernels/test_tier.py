@@ -148,6 +148,26 @@ def test_the_swap_writes_a_written_input_once() -> None:
 
 
 @torch.no_grad()
+def test_a_key_on_kernels_reads_the_callers_inputs_without_copying_them() -> None:
+    # Compiled kernels take any tensors of the key's sizes: once a key settles on them, a call
+    # hands its own inputs to the kernels, and the key's input buffers are no longer written.
+    from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    before = live_graph_numbers()
+    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01})
+    settle(fn, lambda: (torch.randn(4, 16),), lambda got, args: None)
+    ((_, key),) = managers_since(before)[0].entries.items()
+    assert key.graph.state is KeyState.KERNELS
+    ((_, buffer),) = key.staged.copies
+    kept = buffer.clone()
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-5)
+    assert torch.equal(buffer, kept)  # not copied into
+
+
+@torch.no_grad()
 def test_every_key_not_on_kernels_says_why() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 16)

@@ -121,8 +121,12 @@ class CaptureManager:
             if entry.released:  # another thread's call dropped the key since this one found it
                 return self.run_eager(args, "key dropped by another call")
             try:
-                io.refresh(entry.staged.copies, args)
-                raw = entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
+                raw = entry.graph.replay_on(args) if visit is None else None
+                if raw is None:
+                    io.refresh(entry.staged.copies, args)
+                    raw = (
+                        entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
+                    )
             except Exception:
                 self.stats.failed("replay")
                 raise

@@ -164,6 +164,12 @@ class TieredGraph(CapturedGraph):
                 return self.step()
         return self.step()
 
+    def replay_on(self, args: Sequence[Any]) -> list[Any] | None:
+        """Settled on kernels, with no compile in flight: the kernels on the caller's inputs."""
+        if self.state is not KeyState.KERNELS or PROCESSES.in_flight:
+            return None
+        return self.current.replay_on(args)
+
     def step(self) -> list[Any]:
         if self.state is KeyState.PENDING:
             return self.pending()

@@ -70,6 +70,12 @@ class CapturedGraph(ABC):
         """Kernels one replay launches, where the runtime can tell."""
         return None
 
+    def replay_on(self, args: Sequence[Any]) -> list[Any] | None:
+        """Replay reading the caller's ``args`` themselves, where this graph can (compiled
+        kernels take any tensors of the key's sizes): the call's inputs are then not copied into
+        the key's own buffers first. None where the graph reads only its own buffers."""
+        return None
+
 
 @dataclass(frozen=True)
 class Capture:

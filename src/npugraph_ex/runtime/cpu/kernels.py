@@ -28,6 +28,10 @@ class CompiledKernelCall(CapturedGraph):
         with torch.no_grad():
             return as_output_list(self.fn(*self.args))
 
+    def replay_on(self, args: Sequence[Any]) -> list[Any]:
+        with torch.no_grad():
+            return as_output_list(self.fn(*args))
+
     def release(self) -> None:
         self.fn = None  # type: ignore[assignment]
         self.args = ()
