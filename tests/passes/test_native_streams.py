@@ -22,7 +22,7 @@ from npugraph_ex.passes.native_streams import native_streams
 from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.stream_blocks import find_lanes
 from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT
-from npugraph_ex.scope.ops import SCOPE_ENTER, block_of
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, block_of
 
 CPU_STREAM = torch.Stream("cpu")
 
@@ -117,11 +117,12 @@ def test_record_stream_in_compiled_code_runs() -> None:
 
 
 def with_syncs(
-    traced: Callable, ops: list[tuple[str, tuple]], wrapped: bool
+    traced: Callable, ops: list[tuple[str, tuple]], wrapped: bool, traced_on: int | None = None
 ) -> torch.fx.GraphModule:
     """``in_cuda_stream_context``'s graph with Dynamo's stream ops ``ops`` (name, arguments)
     before its ``cos``, as traced on CUDA; ``wrapped``: in the ``control_deps`` AOTAutograd puts
-    such ops in. Stream 0 is the block's (``cpu/stream0``), other indices are unknown streams."""
+    such ops in. Stream 0 is the block's (``cpu/stream0``), other indices are unknown streams;
+    ``traced_on``: the stream Dynamo notes the ops were traced on, as inside ``with stream``."""
     from torch._functorch._aot_autograd.streams import wrap_all_sync_nodes_with_control_deps
 
     gm = traced(in_cuda_stream_context, torch.randn(4)).gm
@@ -130,6 +131,8 @@ def with_syncs(
         with gm.graph.inserting_before(cos):
             sync = gm.graph.call_function(getattr(torch.ops.streams, op).default, args)
         sync.meta["stack_trace"] = cos.meta["stack_trace"]
+        if traced_on is not None:
+            sync.meta["custom"] = {"stream": traced_on}
     if wrapped:
         wrap_all_sync_nodes_with_control_deps(gm)
     return gm
@@ -191,6 +194,20 @@ def test_pytorch_s_stream_syncs_become_tagged_events_on_their_streams_lanes(
     assert events_on_lanes(gm) == events
     (cos,) = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.cos.default)
     assert find_lanes(gm.graph).block_of[cos] is None  # the ops after are the main path's again
+
+
+def test_a_block_a_synchronisation_alone_filled_is_not_left_empty(traced: Callable) -> None:
+    # Traced inside ``with stream``, the ops get a block of their own; their waits go to the
+    # main path, and the block they leave empty goes too.
+    ops = [("record_event", (1, 0)), ("synchronize_event", (1,))]
+    gm = with_syncs(traced, ops, wrapped=False, traced_on=0)
+    planned(gm)
+    assert events_on_lanes(gm) == [
+        ("record", "torch.Event#1", "cpu/stream0"),
+        ("wait", "torch.Event#1", "main"),
+    ]
+    empty = [n for n in gm.graph.nodes if n.target is SCOPE_ENTER and n.next.target is SCOPE_EXIT]
+    assert empty == []
 
 
 def test_a_wait_on_an_event_recorded_outside_the_graph_is_refused(traced: Callable) -> None:

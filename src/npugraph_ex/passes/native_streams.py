@@ -37,6 +37,7 @@ from npugraph_ex.passes.stream_syncs import (
     unwrap_control_deps,
     wrapped_op,
 )
+from npugraph_ex.passes.unnest_blocks import drop_empty_parts
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY
 
 INSTEAD = (
@@ -64,6 +65,8 @@ def convert_native_streams(graph: torch.fx.Graph) -> None:
             graph.erase_node(node)
         elif stream_op(node) is not None and stream_op(node) not in LOWERED:
             refuse(node)
+    made: set[torch.fx.Node] = set()
+    """The block edges made here: a block a synchronisation alone filled is left empty below."""
     open_tag: str | None = None
     for node in list(graph.nodes):
         if node.op in ("placeholder", "get_attr"):
@@ -74,13 +77,17 @@ def convert_native_streams(graph: torch.fx.Graph) -> None:
         source = node.meta.get("stack_trace")
         with graph.inserting_before(node):
             if open_tag is not None:
-                graph.call_function(SCOPE_EXIT, ()).meta["stack_trace"] = source
+                leave = graph.call_function(SCOPE_EXIT, ())
+                leave.meta["stack_trace"] = source
+                made.add(leave)
             if tag is not None:
                 keys = [STREAM_LABEL, STREAM_PRIORITY]
                 enter = graph.call_function(SCOPE_ENTER, (keys, [tag, str(priority)]))
                 enter.meta["stack_trace"] = source
+                made.add(enter)
         open_tag = tag
     lower_dynamo_syncs(graph, lambda index: traced_stream_tag(index)[0])
+    drop_empty_parts(graph, made)
 
 
 def refuse(node: torch.fx.Node) -> NoReturn:

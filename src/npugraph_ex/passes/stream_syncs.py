@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from npugraph_ex.passes.stream_blocks import stream_tag
 from npugraph_ex.scope.events import (
     EVENT_RECORD,
     EVENT_WAIT,
@@ -39,7 +40,7 @@ from npugraph_ex.scope.events import (
     STREAM_WAIT_STREAM,
     WAIT_ON_STREAM,
 )
-from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY, block_of
+from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL, STREAM_PRIORITY
 
 STREAM_OPS = "streams"
 """The namespace of Dynamo's stream and event ops (``torch.ops.streams``)."""
@@ -156,11 +157,6 @@ def open_scopes(graph: torch.fx.Graph, at: torch.fx.Node) -> list[torch.fx.Node]
     return opened
 
 
-def stream_tag(enter: torch.fx.Node) -> str | None:
-    keys, values = block_of(enter)
-    return values[keys.index(STREAM_LABEL)] if STREAM_LABEL in keys else None
-
-
 LOWERED = (
     "record_event",
     "wait_event",
@@ -197,16 +193,6 @@ def lower_dynamo_syncs(graph: torch.fx.Graph, lane_of: Callable[[int], Lane]) ->
         else:
             continue
         graph.erase_node(node)
-    drop_empty_blocks(graph)
-
-
-def drop_empty_blocks(graph: torch.fx.Graph) -> None:
-    """Erase blocks left with nothing in them (a synchronisation that was all they held)."""
-    for node in list(graph.nodes):
-        after = node.next
-        if node.target is SCOPE_ENTER and after.target is SCOPE_EXIT and not node.users:
-            graph.erase_node(after)
-            graph.erase_node(node)
 
 
 def lanes_before(graph: torch.fx.Graph, at: torch.fx.Node) -> list[Lane]:
