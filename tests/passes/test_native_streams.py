@@ -21,6 +21,7 @@ from npugraph_ex.errors import ScopeError
 from npugraph_ex.passes.native_streams import native_streams
 from npugraph_ex.passes.plan_streams import plan_streams
 from npugraph_ex.passes.stream_blocks import find_lanes
+from npugraph_ex.passes.stream_syncs import lane_of_named_stream
 from npugraph_ex.scope.events import EVENT_RECORD, EVENT_WAIT
 from npugraph_ex.scope.ops import SCOPE_ENTER, SCOPE_EXIT, block_of
 
@@ -233,6 +234,26 @@ SIDE_LANE = ("0", "-1", "0")
 """``CPU_STREAM`` as TorchAir's ops name a stream: id, device index, device type."""
 OWN = ("default", "0", "0")
 """A default-stream marker: the graph's own stream."""
+
+
+CUDA_TYPE = "1"
+"""CUDA's device type as TorchAir's ops name it (the number of ``c10::DeviceType::CUDA``)."""
+
+
+@pytest.mark.parametrize(
+    ("named", "lane"),
+    [
+        (("default", "0", "0"), None),
+        (("0", "0", CUDA_TYPE), None),  # a GPU's stream 0: its default stream
+        (("3", "0", CUDA_TYPE), "cuda:0/stream3"),
+        (("0", "-1", "0"), "cpu/stream0"),  # the CPU has no default stream of that number
+        (("5", "-1", "0"), "cpu/stream5"),
+    ],
+)
+def test_a_stream_named_by_numbers_is_the_lane_its_device_s_runtime_says(
+    named: tuple[str, str, str], lane: str | None
+) -> None:
+    assert lane_of_named_stream(*named) == lane
 
 
 def with_torchair_events(x, w):

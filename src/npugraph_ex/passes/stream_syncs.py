@@ -33,6 +33,8 @@ import torch
 import torch.fx
 
 from npugraph_ex.passes.stream_blocks import stream_tag
+from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.devices import DEVICES
 from npugraph_ex.scope.events import (
     EVENT_RECORD,
     EVENT_WAIT,
@@ -90,6 +92,14 @@ def event_tag(index: int) -> str:
     return f"torch.Event#{index}"
 
 
+def default_stream_of(stream: torch.Stream) -> bool:
+    """Whether ``stream`` is its device's default stream, as the device's runtime says (no
+    stream of a device without a runtime is)."""
+    if stream.device.type not in DEVICES:
+        return False
+    return runtime_for(stream.device.type).default_stream(stream.stream_id)
+
+
 def lane_of_named_stream(stream_id: Any, device_index: Any, device_type: Any) -> Lane:
     """The lane of the stream TorchAir's ops name by id, device index and device type (numbers,
     or their strings). A default-stream marker (not a number) or a device's stream 0 is the
@@ -99,7 +109,7 @@ def lane_of_named_stream(stream_id: Any, device_index: Any, device_type: Any) ->
     except (TypeError, ValueError):
         return None
     stream = torch.Stream(stream_id=numbers[0], device_index=numbers[1], device_type=numbers[2])
-    if is_current(stream) or (stream.device.type != "cpu" and stream.stream_id == 0):
+    if is_current(stream) or default_stream_of(stream):
         return None
     return f"{stream.device}/stream{stream.stream_id}"
 

@@ -140,6 +140,12 @@ class DeviceRuntime(ABC):
         says so once)."""
         return False
 
+    def default_stream(self, stream_id: int) -> bool:
+        """Whether the device's stream numbered ``stream_id`` is its default stream, which a
+        graph's work runs on unless told otherwise (a wait on it or a scope naming it is a wait
+        on the graph's own lane)."""
+        return False
+
     def replays_watched(self) -> bool:
         """Whether the runtime's graph of a ``"watched"`` program can be replayed node by node
         (``replay_watched``): tensor dumps of replayed calls (``capture/dumping``)."""

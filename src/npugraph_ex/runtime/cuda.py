@@ -137,6 +137,9 @@ class StreamGraphRuntime(DeviceRuntime):
     def routed(self) -> Any:
         return routing(SideStreams(self.module, self.side_streams))
 
+    def default_stream(self, stream_id: int) -> bool:
+        return stream_id == 0  # the device's legacy default stream
+
     def warmup(self, fn: Callable[..., Any], args: Sequence[Any], iters: int) -> None:
         side = self.module.Stream()
         side.wait_stream(self.module.current_stream())
