@@ -1,13 +1,15 @@
 """CUDA graph pools (``runtime.cuda_pools``): pool bytes from the allocator's segments, and the
-graph's own input buffers allocated in its pool."""
+graph's own input buffers allocated once, in its pool."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import npugraph_ex.compiler
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-from npugraph_ex.runtime.cuda_pools import MovedBuffers, pool_bytes
+from npugraph_ex.runtime.base import InputBuffers
+from npugraph_ex.runtime.cuda_pools import pool_bytes
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 
@@ -37,10 +39,24 @@ def test_pool_bytes_are_the_pools_own_segments() -> None:
 @requires_cuda
 @pytest.mark.parametrize("reuse", [True, False], ids=["shared-pool", "pool-per-key"])
 @torch.no_grad()
-def test_input_buffers_live_in_the_graphs_pool_and_are_counted(reuse: bool) -> None:
+def test_input_buffers_are_allocated_once_in_the_graphs_pool_and_counted(
+    reuse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from npugraph_ex.runtime.cuda import CudaRuntime
+
     def double_then_sum(x: torch.Tensor) -> torch.Tensor:
         return (x * 2).sum(0)
 
+    made: list[tuple[InputBuffers, list[int]]] = []
+
+    class Recording(CudaRuntime):
+        def input_buffers(self, sources, pool):  # noqa: ANN001, ANN202
+            buffers = super().input_buffers(sources, pool)
+            made.append((buffers, [b.data_ptr() for b in buffers.tensors]))
+            return buffers
+
+    recording = Recording()
+    monkeypatch.setattr(npugraph_ex.compiler, "runtime_for", lambda device_type: recording)
     before = live_graph_numbers()
     options = {"reuse_graph_pool_in_same_fx": reuse}
     fn = torch.compile(double_then_sum, backend="npugraph_ex", fullgraph=True, options=options)
@@ -50,19 +66,12 @@ def test_input_buffers_live_in_the_graphs_pool_and_are_counted(reuse: bool) -> N
     (manager,) = managers_since(before)
     (entry,) = manager.entries.values()
     ((_, buffer),) = entry.staged.copies
-    pool = [s for s in torch.cuda.memory_snapshot() if s["segment_pool_id"] == tuple(entry.pool)]
+    ((buffers, addresses),) = made  # one key, its buffers made once
+    assert buffers.tensors[0] is buffer and entry.staged.hold is buffers.hold is not None
     address = buffer.data_ptr()
+    assert addresses == [address]  # where it was made: never moved
+    pool = [s for s in torch.cuda.memory_snapshot() if s["segment_pool_id"] == tuple(entry.pool)]
     assert any(s["address"] <= address < s["address"] + s["total_size"] for s in pool)
     (counted,) = manager.pool_bytes().values()
     assert counted == sum(s["total_size"] for s in pool)
     assert counted >= 256 * 1024 * 4  # the input buffer, at least
-
-
-def test_buffers_moved_once_are_known_by_identity_while_they_live() -> None:
-    moved = MovedBuffers()
-    first, second = torch.zeros(2), torch.zeros(2)
-    moved.add([first])
-    assert moved.holds(first) and not moved.holds(second)
-    del first
-    moved.add([second])  # entries of dead buffers go
-    assert len(moved.refs) == 1 and moved.holds(second)

@@ -10,7 +10,8 @@ Each input of the optimised graph has one role, fixed when the graph is compiled
   so the value is part of the key. Staged as a copy in pinned memory, from which a capture can
   record a copy to the device (not from pageable memory).
 - ``copied``: every other tensor. Copied into a static buffer before each replay; shape and
-  strides in the key.
+  strides in the key. The buffers are the key's own, made once by the device's runtime where
+  its graphs read them (``DeviceRuntime.input_buffers``: in the graph's pool on CUDA).
 - ``value``: ints (sizes of dynamic dimensions), effect tokens (None at run time) and other
   Python values; part of the key.
 """
@@ -18,7 +19,7 @@ Each input of the optimised graph has one role, fixed when the graph is compiled
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch
 from npugraph_ex.capture.analysis import GraphFacts
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.fixed_views import alias_of
+from npugraph_ex.runtime.base import InputBuffers
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class StagedInputs:
     parameters: tuple[weakref.ref, ...] = ()
     """The caller's parameter and buffer tensors, weakly: the capture holds aliases of them (its
     own tensor objects over the same memory), so a parameter the model replaced can die."""
+    hold: Any = None
+    """What keeps the memory of the key's own input buffers (``copies``) usable while the key
+    lives: a hold of the graph's pool they were allocated in (``InputBuffers``), or None."""
 
     def parameters_current(self) -> bool:
         """Whether every parameter and buffer the capture read is alive and still holds the
@@ -135,27 +140,30 @@ class InputLayout:
                 return index
         return None
 
-    def stage(self, args: Sequence[Any], *, clone_input: bool) -> StagedInputs:
-        """Static inputs for a new capture: fresh buffers, or the call's own tensors; parameters
-        as aliases (``StagedInputs.parameters``)."""
+    def stage(
+        self, args: Sequence[Any], buffers: Callable[[list[torch.Tensor]], InputBuffers] | None
+    ) -> StagedInputs:
+        """Static inputs for a new capture: the key's own buffers where ``buffers`` makes them
+        (``DeviceRuntime.input_buffers`` for the key's pool; ``clone_input``), else the call's
+        own tensors; parameters as aliases (``StagedInputs.parameters``)."""
         staged = list(args)
         for index in self.static:
             staged[index] = alias_of(args[index])
         if self.pinned:
             for index in self.host_scalar:
                 staged[index] = pinned_copy(args[index])
-        copies = []
-        for index in self.copied:
-            source = args[index]
-            buffer = source.clone(memory_format=torch.preserve_format) if clone_input else source
+        sources = [args[i] for i in self.copied]
+        made = buffers(sources) if buffers is not None and sources else InputBuffers(sources)
+        copies = tuple(zip(self.copied, made.tensors, strict=True))
+        for index, buffer in copies:
             staged[index] = buffer
-            copies.append((index, buffer))
         return StagedInputs(
             staged,
-            tuple(copies),
+            copies,
             self.mutated_addresses(args),
             self.interned(self.parameter_addresses(args)),
             tuple(weakref.ref(args[i]) for i in self.static),
+            made.hold,
         )
 
 

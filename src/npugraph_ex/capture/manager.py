@@ -163,9 +163,12 @@ class CaptureManager:
         old = self.entries.pop(key, None)
         if old is not None:
             self.release_entry(old)
-        staged = self.layout.stage(args, clone_input=self.config.clone_input)
-        key = self.layout.stored_key(key)
         pool = self.pools.for_new_key()
+        buffers = None
+        if self.config.clone_input:
+            buffers = functools.partial(self.runtime.input_buffers, pool=pool)
+        staged = self.layout.stage(args, buffers)
+        key = self.layout.stored_key(key)
         # Kernels compile outside the locks: a compile may take minutes, and reads no input data.
         program = self.programs.for_key(staged.args)
         started = time.perf_counter()

@@ -78,6 +78,16 @@ class CapturedGraph(ABC):
 
 
 @dataclass(frozen=True)
+class InputBuffers:
+    """A key's own input buffers (``DeviceRuntime.input_buffers``) and what keeps the memory
+    they lie in usable: a hold of the graph's pool where they were allocated in it, else None.
+    The key holds both as long as it lives (``capture.inputs.StagedInputs``)."""
+
+    tensors: list[torch.Tensor]
+    hold: Any = None
+
+
+@dataclass(frozen=True)
 class Capture:
     """What a capture returns: the graph, and the outputs the capturing call returns."""
 
@@ -101,11 +111,20 @@ class DeviceRuntime(ABC):
     ) -> Capture:
         """Capture ``program`` run on ``args`` into a graph drawing memory from ``pool``.
 
-        ``owned_inputs``: indices of ``args`` that are the graph's own input buffers (the caller's
-        values are copied into them before each replay): a runtime may move them into ``pool``,
-        where they share bytes with other captures, as intermediates do. A capture that fails
-        may have run part of the program: the caller undoes its writes.
+        ``owned_inputs``: indices of ``args`` that are the graph's own input buffers (made by
+        ``input_buffers``; the caller's values are copied into them before each replay): a
+        runtime that plans a graph's memory after recording it (CPU) may place them in ``pool``
+        with the plan, where they share bytes with other captures, as intermediates do. A
+        capture that fails may have run part of the program: the caller undoes its writes.
         """
+
+    def input_buffers(self, sources: Sequence[torch.Tensor], pool: Any) -> InputBuffers:
+        """A key's own input buffers, one copy of each of ``sources`` (values, sizes and
+        strides), each allocated once, where the key's graphs will read it: in ``pool`` where
+        the device can allocate there before a capture (CUDA), else where the allocator puts
+        it (CPU places them with its memory plan, ``capture``). Every capture of the key (its
+        ATen graph, then its kernels) reads the same buffers."""
+        return InputBuffers([s.clone(memory_format=torch.preserve_format) for s in sources])
 
     @abstractmethod
     def new_pool(self) -> Any:

@@ -18,6 +18,9 @@ A shared pool is held by an empty graph captured into it (``hold_pool``): the al
 pool once every graph captured into it is released, and a capture into a forgotten pool's id
 fails an internal assertion inside ``capture_begin`` after the random-number generators entered
 capture mode, so that every later random op of the process fails.
+
+A key's own input buffers are allocated in its graph's pool before its first capture
+(``CudaRuntime.input_buffers``), once: the kernels captured later for the key read the same ones.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from npugraph_ex.runtime.base import (
     Capture,
     CapturedGraph,
     DeviceRuntime,
+    InputBuffers,
     Program,
     as_output_list,
 )
@@ -55,8 +59,6 @@ class DeviceGraph(CapturedGraph):
         self.outputs = outputs
         self._pool_bytes = pool_bytes
         self.handed_out = HandedOut(inputs)
-        self.pool_hold: Any = None
-        """Keeps the pool the graph's input buffers were moved into (``move_into_pool``)."""
 
     def replay(self) -> list[Any]:
         self.handed_out.before_replay()
@@ -68,7 +70,6 @@ class DeviceGraph(CapturedGraph):
         for graph in self.graphs:
             graph.reset()
         self.handed_out.release(self.outputs)
-        self.pool_hold = None
         self.graphs = []
         self.outputs = []
         self._pool_bytes = 0
@@ -154,15 +155,8 @@ class StreamGraphRuntime(DeviceRuntime):
     ) -> Capture:
         """Any program (ATen kernels, compiled kernels; a watched one is captured as a graph).
         Capturing executes nothing, so the capturing call replays once."""
-        hold = self.move_into_pool([args[i] for i in owned_inputs], pool)
         graph = self.record(program.fn, args, pool, program.capture_error_mode)
-        graph.pool_hold = hold
         return Capture(graph, graph.replay())
-
-    def move_into_pool(self, buffers: Sequence[Any], pool: Any) -> Any:
-        """Move the graph's own input buffers into ``pool`` where the device can; returns
-        what must live as long as the graph (a hold of the pool), or None."""
-        return None
 
     def record(
         self, fn: Callable[..., Any], args: Sequence[Any], pool: Any, capture_error_mode: str
@@ -221,20 +215,20 @@ class CudaRuntime(StreamGraphRuntime):
 
     def __init__(self) -> None:
         super().__init__(torch.cuda, torch.cuda.CUDAGraph, torch.cuda.graph)
-        self.moved = cuda_pools.MovedBuffers()
 
-    def move_into_pool(self, buffers: Sequence[Any], pool: Any) -> Any:
-        # Buffers moved for an earlier capture of the key stay: that graph (an ATen replay
-        # while its kernels are tried) reads them where they are.
-        buffers = [b for b in buffers if not self.moved.holds(b)]
-        if not buffers or not cuda_pools.can_allocate_in_pool():
-            return None
+    def input_buffers(self, sources: Sequence[torch.Tensor], pool: Any) -> InputBuffers:
+        in_pool = [s.is_cuda for s in sources]
+        if not any(in_pool) or pool is None or not cuda_pools.can_allocate_in_pool():
+            return super().input_buffers(sources, pool)
         # Allocating into a pool no graph holds yet would leave it released before the
-        # capture, which then fails an internal assertion: hold it first, with the graph.
+        # capture, which then fails an internal assertion: hold it first, with the buffers.
         hold = self.hold_pool(pool)
-        cuda_pools.move_into_pool(buffers, pool)
-        self.moved.add(buffers)
-        return hold
+        pooled = iter(cuda_pools.copies_in_pool([s for s in sources if s.is_cuda], pool))
+        tensors = [
+            next(pooled) if cuda else s.clone(memory_format=torch.preserve_format)
+            for s, cuda in zip(sources, in_pool, strict=True)
+        ]
+        return InputBuffers(tensors, hold)
 
     def pool_bytes(self, pool: Any) -> int:
         reserved, _ = cuda_pools.pool_bytes(torch.cuda.memory_snapshot(), pool)
