@@ -1,7 +1,8 @@
 """What pays on a device, in one object per device type: the tuning answers passes, kernels and
 the compiler use where a choice depends on the device. How a device captures, stages and replays
-is its runtime's (``base.DeviceRuntime``: warm-up before a capture, whether replays re-run core
-limits or can be watched node by node); both are named in one row of ``devices.DEVICES``.
+is its runtime's (``base.DeviceRuntime``: where a key's input buffers are made, warm-up before a
+capture, whether replays re-run core limits or can be watched node by node, which stream is the
+device's default); both are named in one row of ``devices.DEVICES``.
 
 The stages above ``runtime/`` are device-free. Where one of them would pick an optimisation by
 device (whether a rewrite of a matrix product pays, which fused kernels a pattern may put in,
