@@ -5,7 +5,7 @@ finds the kernels' library: about 2.5 ms for the tiny Qwen3), so it runs in the 
 a call boundary (``capture/tiers``), never in a thread beside a replay: a Python-busy thread
 makes the replay, which takes the interpreter lock back after every kernel, wait at each one.
 What the first load in a process would find out about the host (on CPU, a second of compiler
-probes) comes from the compile process instead (``Platform.prepare_kernel_loading``).
+probes) comes from the compile process instead (``DeviceRuntime.prepare_kernel_loading``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from npugraph_ex.kernels.static_compile import positional
-from npugraph_ex.runtime.platform import platform_for
+from npugraph_ex.runtime import runtime_for
 
 
 def import_loading_modules() -> None:
@@ -36,7 +36,7 @@ def load_compiled(data: bytes, device_type: str, facts: dict[Any, Any]) -> Calla
     from torch._subclasses import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
 
-    platform_for(device_type).prepare_kernel_loading(facts)
+    runtime_for(device_type).prepare_kernel_loading(facts)
     compiled = GraphPickler.loads(data, FakeTensorMode())
     compiled.after_deserialization(CompiledFxGraphConstants())
     return positional(compiled)

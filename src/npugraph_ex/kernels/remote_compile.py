@@ -11,7 +11,7 @@ import torch
 from npugraph_ex.kernels.graph_bytes import load_graph
 from npugraph_ex.kernels.static_compile import lower
 from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
-from npugraph_ex.runtime.platform import platform_for
+from npugraph_ex.runtime import runtime_for
 
 InputSpec = tuple[Any, ...]
 """A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
@@ -37,7 +37,7 @@ def compile_in_worker(
     """In the compile process: the graph lowered for inputs like ``specs`` (with the sizes of
     ``symbolic`` left symbolic, where given), as Inductor's compiled graph serialised for the
     serving process; the guards of a symbolic compile; and the facts of the host its load needs
-    (``Platform.loading_facts``). ``threads``: the serving process's intra-op threads, which
+    (``DeviceRuntime.loading_facts``). ``threads``: the serving process's intra-op threads, which
     Inductor's CPU kernels are written for (the compile process, pinned to fewer cores, would
     count its own)."""
     if threads > 0:
@@ -56,7 +56,7 @@ def compile_in_worker(
         ]
     if symbolic is not None:
         args = symbolic_inputs(symbolic, args, fake_mode)
-    with platform_for(device).loading_facts() as facts:
+    with runtime_for(device).loading_facts() as facts:
         compiled = lower(load_graph(graph), args, device, use_cache, fake_mode)
     guards = guards_of(fake_mode, args) if symbolic is not None else None
     compiled.prepare_for_serialization()

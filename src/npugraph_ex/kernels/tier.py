@@ -55,7 +55,7 @@ class StoredKernels:
     data: bytes
     guards: str | None
     facts: dict[Any, Any] = field(default_factory=dict)
-    """What their load needs to know of the host (``Platform.loading_facts``)."""
+    """What their load needs to know of the host (``DeviceRuntime.loading_facts``)."""
 
 
 class KernelStore(Protocol):

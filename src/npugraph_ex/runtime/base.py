@@ -13,6 +13,7 @@ for the graph's whole life.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -164,6 +165,18 @@ class DeviceRuntime(ABC):
         graph's work runs on unless told otherwise (a wait on it or a scope naming it is a wait
         on the graph's own lane)."""
         return False
+
+    def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
+        """In a compile process, around a compile: the facts of this host the load of its
+        kernels in the serving process would otherwise find out itself (``prepare_kernel_
+        loading``), filled in when the block ends; none by default."""
+        return contextlib.nullcontext({})
+
+    def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
+        """In the serving process, before a load (``kernels/loading``): take the ``facts`` a
+        compile process sent, so that the first load in the process does not find them out
+        itself (on CPU, the vector-instruction probes: a second of Python calls)."""
+        return None
 
     def replays_watched(self) -> bool:
         """Whether the runtime's graph of a ``"watched"`` program can be replayed node by node

@@ -2,7 +2,8 @@
 the compiler use where a choice depends on the device. How a device captures, stages and replays
 is its runtime's (``base.DeviceRuntime``: where a key's input buffers are made, warm-up before a
 capture, whether replays re-run core limits or can be watched node by node, which stream is the
-device's default); both are named in one row of ``devices.DEVICES``.
+device's default, what loading compiled kernels needs to know of the host); both are named in
+one row of ``devices.DEVICES``.
 
 The stages above ``runtime/`` are device-free. Where one of them would pick an optimisation by
 device (whether a rewrite of a matrix product pays, which fused kernels a pattern may put in,
@@ -23,7 +24,6 @@ answer.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -119,21 +119,10 @@ class Platform:
         a device's benchmarks show a kernel tier paying there."""
         return False
 
-    def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
-        """In a compile process, around a compile: the facts of this host the load of its
-        kernels in the serving process would otherwise find out itself (``prepare_kernel_
-        loading``), filled in when the block ends; none by default."""
-        return contextlib.nullcontext({})
-
     def host_decisions(self) -> dict[str, Any]:
         """What this host's probes measured and decided, for a benchmark's record of where it
         ran; none by default."""
         return {}
-
-    def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
-        """In the serving process, before a load (``kernels/loading``): take the ``facts`` a
-        compile process sent, so that the first load in the process does not find them out
-        itself (on CPU, the vector-instruction probes: a second of Python calls)."""
 
     def key_rule(self) -> KeyRule | None:
         """How keys of a graph with symbolic product row counts are specialised: the rule that

@@ -15,14 +15,12 @@ what they bind and ask these questions; the key specialisation is ``capture/key_
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from npugraph_ex.runtime.cpu import probes
-from npugraph_ex.runtime.cpu.host_answers import HOST_ANSWERS
 from npugraph_ex.runtime.platform import ONEDNN_LINEAR, REDUCTION, KeyRule, Platform, Product
 
 SPLIT_MIN_WEIGHT_ELEMENTS = 32 * 1024
@@ -113,12 +111,6 @@ class CpuPlatform(Platform):
         # Tiered kernels: the tiny Qwen3's one-token forward 5.06x eager against the ATen
         # replay's 2.92x, first call 6.5 s against 4.6 s (docs/benchmarks.md, "The kernel tier").
         return "background"
-
-    def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
-        return HOST_ANSWERS.recording()  # what a first load would find out (``host_answers``)
-
-    def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
-        HOST_ANSWERS.take(facts)
 
     def host_decisions(self) -> dict[str, Any]:
         return probes.decisions()

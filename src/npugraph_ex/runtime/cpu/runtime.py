@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from npugraph_ex.runtime.cpu.build import Build, build_replay
 from npugraph_ex.runtime.cpu.forked import FORKED_CHILDREN
 from npugraph_ex.runtime.cpu.graph import CpuGraph, caller_aliases
 from npugraph_ex.runtime.cpu.heap import release_free_heap
+from npugraph_ex.runtime.cpu.host_answers import HOST_ANSWERS
 from npugraph_ex.runtime.cpu.kernels import CompiledKernelCall
 from npugraph_ex.runtime.cpu.pool import CpuPool
 from npugraph_ex.runtime.cpu.recorder import KernelRecorder
@@ -26,6 +28,12 @@ class CpuRuntime(DeviceRuntime):
     def warms_up(self, kind: str) -> bool:
         # Compiled kernels are called, not recorded: their capture is their first run.
         return kind != "kernels"
+
+    def loading_facts(self) -> contextlib.AbstractContextManager[dict[Any, Any]]:
+        return HOST_ANSWERS.recording()  # what a first load would find out (``host_answers``)
+
+    def prepare_kernel_loading(self, facts: dict[Any, Any]) -> None:
+        HOST_ANSWERS.take(facts)
 
     def limits_cores(self) -> bool:
         return True  # the replay engine re-issues the scope's edges: intra-op threads
