@@ -40,6 +40,8 @@ PROCESS_STATE: dict[str, str] = {
     # Facts of the host and of libraries with process-wide caches.
     "runtime.cpu.host_answers.HOST_ANSWERS": "the host's vector-instruction answers and compiler "
     "header, which Inductor's loader would otherwise find out once per process",
+    "runtime.cpu.probes.MEASURED": "what the host's kernels are good at, measured once per "
+    "process and thread count (a compile process takes the serving process's)",
     "runtime.cpu.platform.LINEAR_ROW_COUNTS": "oneDNN keeps code per row count for the process's "
     "life: the count it was given bounds that memory",
     "runtime.cpu.constants.SHARED": "tiny constants with the same bytes are shared by every "

@@ -167,3 +167,25 @@ def test_static_kernels_call_onednn_and_leave_inductors_lowering_as_it_was(monke
     # Compiled here, or found in Inductor's cache where an earlier test compiled the same graph.
     assert graph["static_kernels"] in ({"compiled": 1}, {"cache_hit": 1})
     assert lowering.lowerings.get(onednn_linear.LINEAR) is lowered_before
+
+
+def test_a_compile_process_chooses_by_the_serving_process_s_measurements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A compile process is a fresh interpreter: what it measured itself (one core, the serving
+    # process's threads on it) took seconds of each compile and could choose otherwise. Here
+    # the serving process measured oneDNN slower at every count (this host measures it faster).
+    from npugraph_ex.kernels.graph_bytes import pickle_graph
+    from npugraph_ex.kernels.remote_compile import compile_in_worker, input_specs
+
+    monkeypatch.setattr(host_probes, "MEASURED", {})  # as in a new process
+    threads = torch.get_num_threads()
+    slower = host_probes.Probe(threads, 0.5, 1.0, host_probes.LINEAR_GAIN)
+    answers = {("linear_probe", threads): dict.fromkeys(host_probes.LINEAR_PROBE_ROWS, slower)}
+    x, w, b = torch.randn(MAX_ROWS + 1, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
+    specs = input_specs([x, w, b])
+    compiled, _, _ = compile_in_worker(
+        pickle_graph(linear_graph(True)), specs, "cpu", True, None, threads, answers
+    )
+    assert b"addmm" in compiled and b"_linear_pointwise" not in compiled
+    assert host_probes.MEASURED == answers  # nothing measured in the compile process

@@ -97,6 +97,7 @@ class CompileProcess:
                 answer = read_message(self.process.stdout)
             else:  # a hung compile: the process goes, the next compile gets a new one
                 self.process.kill()
+                self.process.wait()  # reaped before the reply: never ``alive`` to a new request
                 answer = (
                     False,
                     f"the compile took more than {seconds:g} s: its process was killed",

@@ -12,6 +12,7 @@ from npugraph_ex.kernels.graph_bytes import load_graph
 from npugraph_ex.kernels.static_compile import lower
 from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_inputs
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.platform import platform_for
 
 InputSpec = tuple[Any, ...]
 """A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
@@ -33,15 +34,19 @@ def compile_in_worker(
     use_cache: bool,
     symbolic: list[SymbolicSpec] | None = None,
     threads: int = 0,
+    answers: dict[Any, Any] | None = None,
 ) -> tuple[bytes, str | None, dict[Any, Any]]:
     """In the compile process: the graph lowered for inputs like ``specs`` (with the sizes of
     ``symbolic`` left symbolic, where given), as Inductor's compiled graph serialised for the
     serving process; the guards of a symbolic compile; and the facts of the host its load needs
     (``DeviceRuntime.loading_facts``). ``threads``: the serving process's intra-op threads, which
     Inductor's CPU kernels are written for (the compile process, pinned to fewer cores, would
-    count its own)."""
+    count its own); ``answers``: what the serving process measured of the host
+    (``Platform.measured_answers``), which the compile's choices then follow."""
     if threads > 0:
         torch.set_num_threads(threads)
+    if answers:
+        platform_for(device).take_measured_answers(answers)
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv

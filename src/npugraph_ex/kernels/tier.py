@@ -44,6 +44,7 @@ from npugraph_ex.kernels.remote_compile import input_specs
 from npugraph_ex.kernels.static_compile import chosen, input_signature, lower, positional
 from npugraph_ex.kernels.symbolic import SymbolicSpec
 from npugraph_ex.runtime import runtime_for
+from npugraph_ex.runtime.platform import platform_for
 
 
 @dataclass
@@ -276,7 +277,8 @@ class KernelTier:
         specs = input_specs(args)
 
         def request() -> tuple[bytes, bytes]:
-            arguments = (specs, self.device_type, self.use_cache, symbolic, self.threads)
+            answers = platform_for(self.device_type).measured_answers()
+            arguments = (specs, self.device_type, self.use_cache, symbolic, self.threads, answers)
             return self.graph, message(arguments)
 
         made.in_flight = True  # before the reply can come: a quick failure leaves flight

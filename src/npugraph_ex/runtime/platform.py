@@ -124,6 +124,16 @@ class Platform:
         ran; none by default."""
         return {}
 
+    def measured_answers(self) -> dict[Any, Any]:
+        """What this process has measured of the host so far, in a form ``take_measured_
+        answers`` takes: sent with each request to a compile process; none by default."""
+        return {}
+
+    def take_measured_answers(self, answers: dict[Any, Any]) -> None:
+        """In a compile process: the serving process's ``measured_answers``, so that its
+        compiles choose what pays as the serving process, which runs them, would."""
+        return None
+
     def key_rule(self) -> KeyRule | None:
         """How keys of a graph with symbolic product row counts are specialised: the rule that
         picks the keys that get their own product kernels, or None where every key runs the

@@ -115,6 +115,12 @@ class CpuPlatform(Platform):
     def host_decisions(self) -> dict[str, Any]:
         return probes.decisions()
 
+    def measured_answers(self) -> dict[Any, Any]:
+        return probes.answers()
+
+    def take_measured_answers(self, answers: dict[Any, Any]) -> None:
+        probes.take_answers(answers)
+
     def split_pays(self, product: Product, parts: int) -> bool:
         """A float32 product of 1 to ``SPLIT_MAX_ROWS`` rows (a plain count) by a weight of at
         least ``SPLIT_MIN_WEIGHT_ELEMENTS``, cut into at least two blocks, on a host where the

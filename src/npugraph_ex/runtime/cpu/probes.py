@@ -23,7 +23,9 @@ against the other form, interleaved, the fastest of ``PROBE_ROUNDS`` rounds each
 process busy on the cores slows some rounds, not all); a rewrite is kept only with a clear gain
 (``SPLIT_GAIN``, ``REDUCTION_GAIN``, ``LINEAR_GAIN``). About 50 ms each on the reference
 machine, 0.5 s for oneDNN's six row counts; the ``npugraph_ex`` logger says at INFO what it
-measured. The CPU platform (``runtime/cpu/platform.py``) asks them, with the rest of each decision.
+measured. A compile process of the kernel tier takes the serving process's results with each
+request (``answers``, ``take_answers``) and measures only what the serving process has not.
+The CPU platform (``runtime/cpu/platform.py``) asks them, with the rest of each decision.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -133,16 +135,36 @@ def decisions() -> dict[str, dict[str, float | bool]]:
     }
 
 
+MEASURED: dict[tuple[Any, ...], Any] = {}
+"""Each probe's result, by the probe's name, the thread count and (for those that take one) the
+dtype: measured in this process, or taken from the serving process (``take_answers``)."""
+
+
+def answers() -> dict[tuple[Any, ...], Any]:
+    """What this process measured so far: sent with each compile request, so that a compile
+    process decides as the serving process, which runs the kernels, did."""
+    return dict(MEASURED)
+
+
+def take_answers(measured: dict[tuple[Any, ...], Any]) -> None:
+    """In a compile process: the serving process's measurements, in place of its own. Measured
+    there, a probe would read other numbers (one core, the serving process's threads on it, the
+    serving loop beside it) and take seconds of the compile."""
+    MEASURED.update(measured)
+
+
 def on_real_tensors(probe: Callable[..., Measured]) -> Callable[..., Measured]:
     """Run ``probe`` once per thread count (and dtype, for those that take one), on real tensors
     even when called under a dispatch mode (a pass that checks a match may run under the
     compile's fake tensor mode)."""
 
-    @functools.cache
     @functools.wraps(probe)
     def run(threads: int, *dtype: torch.dtype) -> Measured:
-        with _disable_current_modes():
-            return probe(threads, *dtype)
+        key = (probe.__name__, threads, *dtype)
+        if key not in MEASURED:
+            with _disable_current_modes():
+                MEASURED[key] = probe(threads, *dtype)
+        return MEASURED[key]
 
     return run
 
