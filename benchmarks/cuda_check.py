@@ -1,23 +1,30 @@
 """The GPU check in one run of at most 8 minutes: the CUDA tests, then the bench in half precision.
 
 A GPU may be at hand for a few minutes only, so everything that needs one runs from this one
-command, each step in its own process under its own time limit, the whole under ``--budget-s``:
+command, each step in its own process group under its own time limit, the whole under
+``--budget-s`` (a step may also use what the steps before it left unused, as long as every later
+step keeps its own limit; one left with less than three quarters of its limit is skipped):
 
-    1. the ``cuda``-marked tests (over ``pytest-xdist`` where it is installed)
+    1. the ``cuda``-marked tests (over ``pytest-xdist`` where it is installed; each test under
+       ``pytest-timeout`` where that is installed)
     2. ``held_outputs.py``: a replay's host time on a micro function, outputs dropped or held
-    3. the bench on the tiny model, float16 and bfloat16: decode, one token, growing loop
-    4. the bench on Qwen3-0.6B (random weights): decode in float16 and bfloat16, the growing loop
-       (16 lengths) in float16
-    5. ``growing_peak.py``: where the growing loop's peak memory comes from, backend by backend
+    3. the bench on the tiny model in float16: decode and one token, beside static kernels,
+       ``reduce-overhead`` and ``inductor``
+    4. the bench on Qwen3-0.6B (random weights) in bfloat16: decode beside ``reduce-overhead``
+    5. the tiny model in bfloat16 (decode and one token, background kernels among the variants)
+       and its growing loop (8 lengths) in float16, then the 0.6B decode in float16
+    6. ``growing_peak.py``: where the growing loop's peak memory comes from, backend by backend
 
-beside ``reduce-overhead`` and ``inductor`` (not on the 0.6B growing loop: Inductor takes minutes
-to compile it), each bench with its physical limit: the model's weight bytes over the device's
-measured copy bandwidth, per token. Each bench prints its tables at its end: a step stopped by
-its limit has none. A step that runs out of time or fails is recorded with its output's tail,
-and the next one runs; a step that no longer fits the budget is skipped. Everything goes to
-``--out-dir``: each bench's JSON record, ``cuda_check.json`` (device, driver, versions, copy
-bandwidth, each step's status, seconds and tables) and ``cuda_check.md``, the section ``--apply``
-puts into docs/benchmarks.md (between its ``cuda-check`` markers).
+each bench with its physical limit: the model's weight bytes over the device's measured copy
+bandwidth, per token. The limits follow the first H200 runs (docs/notes): ``reduce-overhead``
+took 52 s to capture the tiny growing loop's 32 lengths and 131 s for the 0.6B loop's 16, so the
+0.6B model runs decode only, and Inductor and static kernels the tiny model only. Each bench
+prints its tables at its end: a step stopped by its limit has none. A step that runs out of time
+or fails is recorded with its output's tail, and the next one runs. Everything goes to
+``--out-dir``: each step's whole output (``<step>.log``), each bench's JSON record, the tests'
+JUnit XML (``cuda-tests.xml``), ``cuda_check.json`` (device, driver, versions, copy bandwidth,
+each step's status, seconds and tables) and ``cuda_check.md``, the section ``--apply`` puts into
+docs/benchmarks.md (between its ``cuda-check`` markers).
 
     python benchmarks/cuda_check.py --out-dir "$OUT"        # on the GPU machine (make cuda-check)
     python benchmarks/cuda_check.py --dry-run               # the same steps on CPU, small
@@ -27,8 +34,12 @@ puts into docs/benchmarks.md (between its ``cuda-check`` markers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -36,14 +47,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- cuda-check -->", "<!-- /cuda-check -->"
 VARIANTS = (
     "eager,npugraph_ex,npugraph_ex+static_kernels,npugraph_ex+background,reduce-overhead,inductor"
 )
+TINY_VARIANTS = "eager,npugraph_ex,npugraph_ex+static_kernels,reduce-overhead,inductor"
+"""The tiny model's peers on the GPU (``npugraph_ex+background`` runs in its bfloat16 step)."""
 
 NOTES = ("npugraph_ex+background:", "GPU time of one replay", "at the peak, ")
 """Lines after a table that belong to it."""
+
+PYTEST_SUMMARY = re.compile(r"=+ .*\bin [\d.]+s\b.* =+$")
+"""pytest's last line: ``==== 3 failed, 58 passed, 2043 deselected in 80.12s (0:01:20) ====``."""
 
 
 @dataclass
@@ -55,6 +72,8 @@ class Step:
     seconds: float = 0.0
     tables: list[str] = field(default_factory=list)
     tail: str = ""
+    log: str = ""
+    """The file (in the output folder) holding the step's whole output."""
 
 
 def bench(name: str, out_dir: Path, limit_s: int, *flags: str) -> Step:
@@ -63,13 +82,25 @@ def bench(name: str, out_dir: Path, limit_s: int, *flags: str) -> Step:
     return Step(name, command + list(flags), limit_s)
 
 
+def test_command(out_dir: Path) -> list[str]:
+    """pytest on the ``cuda``-marked tests, each test's result on a line of its own (a step
+    stopped by its limit still shows which passed), their JUnit XML in ``out_dir``; over
+    ``pytest-xdist`` where it is installed. A test stuck waiting (a kernel tier that never
+    settles) is failed by ``pytest-timeout`` where it is installed, before the step's limit."""
+    tests = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", "cuda"]
+    tests += ["--durations=20", f"--junitxml={out_dir / 'cuda-tests.xml'}", str(ROOT / "tests")]
+    if importlib.util.find_spec("xdist") is not None:  # 8 workers: 50 tests in 44 s on an H200
+        tests += ["-n", str(max(2, min(8, (os.cpu_count() or 4) // 2)))]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        tests += ["--timeout=120"]
+    return tests
+
+
 def steps(out_dir: Path, dry_run: bool) -> list[Step]:
-    tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests"]
-    if importlib.util.find_spec("xdist") is not None:
-        tests += ["-n", "4"]
-    held = [sys.executable, str(Path(__file__).with_name("held_outputs.py"))]
+    tests = test_command(out_dir)
+    held = [sys.executable, str(ROOT / "benchmarks" / "held_outputs.py")]
     held += ["--out", str(out_dir / "held_outputs.json")]
-    peak = [sys.executable, str(Path(__file__).with_name("growing_peak.py"))]
+    peak = [sys.executable, str(ROOT / "benchmarks" / "growing_peak.py")]
     peak += ["--out", str(out_dir / "growing_peak.json")]
     if dry_run:  # the same steps on CPU, on a model small enough for a minute
         common = ["--device", "cpu", "--repeats", "2", "--steps", "8", "--tokens", "4"]
@@ -82,41 +113,89 @@ def steps(out_dir: Path, dry_run: bool) -> list[Step]:
                     "--workloads", "decode,token,growing", *variants, *common)
               for dtype in ("float16", "bfloat16")),
         ]  # fmt: skip
+    cuda = ["--device", "cuda"]
+    tiny = [*cuda, "--model", "tiny", "--repeats", "3"]
+    qwen3 = [*cuda, "--model", "qwen3-0.6b", "--workloads", "decode", "--repeats", "3"]
+    qwen3 += ["--steps", "32", "--variants", "eager,npugraph_ex,reduce-overhead"]
+    # 480 s in all; time a step leaves unused goes to the next ones (``run_all``).
     return [
-        Step("cuda tests", tests, 85),
-        Step("held outputs", held + ["--device", "cuda"], 30),
-        *(bench(f"tiny-{dtype}", out_dir, 65, "--device", "cuda", "--model", "tiny",
-                "--dtype", dtype, "--workloads", "decode,token,growing", "--variants", VARIANTS,
-                "--repeats", "5", "--tokens", "16")
-          for dtype in ("float16", "bfloat16")),
-        *(bench(f"qwen3-0.6b-decode-{dtype}", out_dir, 65, "--device", "cuda",
-                "--model", "qwen3-0.6b", "--dtype", dtype, "--workloads", "decode",
-                "--variants", VARIANTS, "--repeats", "3")
-          for dtype in ("float16", "bfloat16")),
-        bench("qwen3-0.6b-growing-float16", out_dir, 65, "--device", "cuda",
-              "--model", "qwen3-0.6b", "--dtype", "float16", "--workloads", "growing",
-              "--variants", "eager,npugraph_ex,npugraph_ex+background,reduce-overhead",
-              "--repeats", "3", "--tokens", "16"),
-        Step("growing peak", [*peak, "--device", "cuda"], 40),
+        Step("cuda tests", tests, 145),
+        Step("held outputs", [*held, *cuda], 25),
+        bench("tiny-float16", out_dir, 55, *tiny, "--dtype", "float16",
+              "--workloads", "decode,token", "--variants", TINY_VARIANTS),
+        bench("qwen3-0.6b-decode-bfloat16", out_dir, 60, *qwen3, "--dtype", "bfloat16"),
+        bench("tiny-bfloat16", out_dir, 55, *tiny, "--dtype", "bfloat16",
+              "--workloads", "decode,token",
+              "--variants", "eager,npugraph_ex,npugraph_ex+background,reduce-overhead"),
+        bench("tiny-growing-float16", out_dir, 45, *tiny, "--dtype", "float16",
+              "--workloads", "growing", "--tokens", "8",
+              "--variants", "eager,npugraph_ex,reduce-overhead"),
+        bench("qwen3-0.6b-decode-float16", out_dir, 60, *qwen3, "--dtype", "float16"),
+        Step("growing peak", [*peak, *cuda], 35),
     ]  # fmt: skip
 
 
-def run(step: Step, remaining_s: float) -> None:
-    limit = min(step.limit_s, remaining_s)
-    if limit < 20:
-        step.status = "skipped: out of time"
+def log_name(step: Step) -> str:
+    """A file name for the step's output: letters, digits, dots and dashes only."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", step.name).strip("-") + ".log"
+
+
+def execute(command: list[str], limit_s: float) -> tuple[str, int | None]:
+    """Run ``command`` in a process group of its own; (its output, stdout and stderr
+    interleaved, and its exit code, or None where it ran past ``limit_s``). Past the limit
+    the whole group is killed: workers it started (pytest-xdist's, a background compile's)
+    must not hold the GPU or its memory during the next step."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # what a killed step printed is kept
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=limit_s)
+        return output, process.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            output, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process that left the group holds the pipe
+            process.kill()
+            output = ""
+        return output, None
+
+
+def run_all(planned: list[Step], budget_s: float, out_dir: Path) -> None:
+    """Run the steps in order within ``budget_s``: each may also use the time the steps
+    before it left unused, as long as every later step keeps its own limit."""
+    started = time.monotonic()
+    for index, step in enumerate(planned):
+        remaining = budget_s - (time.monotonic() - started)
+        later = sum(s.limit_s for s in planned[index + 1 :])
+        run(step, max(remaining - later, min(step.limit_s, remaining)), out_dir)
+        print(f"{step.name}: {step.status} in {step.seconds} s", flush=True)
+
+
+def run(step: Step, limit_s: float, out_dir: Path) -> None:
+    if limit_s < 0.75 * step.limit_s:
+        step.status = f"skipped: {limit_s:.0f} s left of the budget, limit {step.limit_s} s"
         return
     started = time.monotonic()
-    try:
-        done = subprocess.run(step.command, capture_output=True, text=True, timeout=limit)
-        output = done.stdout + done.stderr
-        step.status = "passed" if done.returncode == 0 else f"failed (exit {done.returncode})"
-    except subprocess.TimeoutExpired as expired:
-        output = (expired.stdout or b"").decode() + (expired.stderr or b"").decode()
-        step.status = f"stopped after {limit:.0f} s"
+    output, code = execute(step.command, limit_s)
+    if code is None:
+        step.status = f"stopped after {limit_s:.0f} s"
+    else:
+        step.status = "passed" if code == 0 else f"failed (exit {code})"
     step.seconds = round(time.monotonic() - started, 1)
     step.tables = tables_in(output)
     step.tail = output[-3000:]
+    step.log = log_name(step)
+    (out_dir / step.log).write_text(output)
 
 
 def tables_in(output: str) -> list[str]:
@@ -133,7 +212,7 @@ def tables_in(output: str) -> list[str]:
         caption = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         notes = [n for n in lines[end : end + 16] if n.startswith(NOTES)]
         blocks.append("\n".join([caption, "", *lines[i:end], *([""] + notes if notes else [])]))
-    summary = [line for line in lines if " passed" in line or " failed" in line]
+    summary = [line for line in lines if PYTEST_SUMMARY.match(line)]
     return blocks or summary[-1:]
 
 
@@ -247,12 +326,11 @@ def main() -> None:
     if args.apply is not None:
         apply(args.apply)
         return
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = args.out_dir.resolve()  # the steps run in the repository's root
+    out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    planned = steps(args.out_dir, args.dry_run)
-    for step in planned:
-        run(step, args.budget_s - (time.monotonic() - started))
-        print(f"{step.name}: {step.status} in {step.seconds} s", flush=True)
+    planned = steps(out_dir, args.dry_run)
+    run_all(planned, args.budget_s, out_dir)
     about = machine()
     record = {
         "commit": commit(),
@@ -261,11 +339,11 @@ def main() -> None:
         "steps": [asdict(step) for step in planned],
     }
     for step in record["steps"]:
-        record_path = args.out_dir / f"{step['name']}.json"
+        record_path = out_dir / f"{step['name']}.json"
         step["limit"] = weight_floor(record_path, about.get("copy_bytes_per_s"))
-    (args.out_dir / "cuda_check.json").write_text(json.dumps(record, indent=1))
-    (args.out_dir / "cuda_check.md").write_text(section(record) + "\n")
-    print(f"wrote {args.out_dir / 'cuda_check.json'} and cuda_check.md")
+    (out_dir / "cuda_check.json").write_text(json.dumps(record, indent=1))
+    (out_dir / "cuda_check.md").write_text(section(record) + "\n")
+    print(f"wrote {out_dir / 'cuda_check.json'} and cuda_check.md")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import torch
 import npugraph_ex.compiler
 from helpers import graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
+from npugraph_ex.capture.manager import GLOBAL_CAPTURE_LOCK
 from npugraph_ex.runtime.base import Capture, InputBuffers, Program
 from npugraph_ex.runtime.cpu import CpuRuntime
 
@@ -39,10 +40,12 @@ class RecordingRuntime(CpuRuntime):
         super().__init__()
         self.made: list[tuple[list[torch.Tensor], Any, InputBuffers]] = []
         self.captures: list[tuple[str, list[Any], Any, tuple[int, ...]]] = []
+        self.made_under_global_lock: list[bool] = []
 
     def input_buffers(self, sources: Sequence[torch.Tensor], pool: Any) -> InputBuffers:
         made = InputBuffers(super().input_buffers(sources, pool).tensors, Hold(pool))
         self.made.append((list(sources), pool, made))
+        self.made_under_global_lock.append(GLOBAL_CAPTURE_LOCK._is_owned())
         return made
 
     def capture(
@@ -94,6 +97,20 @@ def test_a_keys_input_buffers_are_made_once_for_its_pool_and_captured(
     assert (kind, captured_pool) == ("graph", pool)
     assert identities([captured[i] for i in owned]) == identities(made.tensors)
     assert all(b.data_ptr() != s.data_ptr() for b, s in zip(made.tensors, sources, strict=True))
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+@torch.no_grad()
+def test_buffers_are_made_under_the_global_capture_lock_in_global_mode(
+    runtime: RecordingRuntime, mode: str
+) -> None:
+    # On CUDA a pool's first buffers come with an empty capture that holds the pool, and may be
+    # new device memory: either fails a capture in 'global' mode running on another thread.
+    options = {"static_kernel_compile": False, "capture_error_mode": mode}
+    fn = torch.compile(scaled_sum, backend="npugraph_ex", options=options, dynamic=False)
+    args = inputs()
+    torch.testing.assert_close(fn(*args), scaled_sum(*args))
+    assert runtime.made_under_global_lock == [mode == "global"]
 
 
 @torch.no_grad()

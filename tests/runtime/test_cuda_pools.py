@@ -9,7 +9,7 @@ import torch
 import npugraph_ex.compiler
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.runtime.base import InputBuffers
-from npugraph_ex.runtime.cuda_pools import pool_bytes
+from npugraph_ex.runtime.cuda_pools import can_allocate_in_pool, pool_bytes
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
 
@@ -33,6 +33,12 @@ def test_pool_bytes_are_the_pools_own_segments() -> None:
     ]
     assert pool_bytes(segments, (0, 3)) == (22 << 20, (4 << 20) + 512)
     assert pool_bytes(segments, (0, 9)) == (0, 0)
+
+
+def test_allocations_go_to_a_pool_only_where_cuda_is() -> None:
+    import torch.cuda.memory  # noqa: F401  (defines placeholders of the bindings without CUDA)
+
+    assert can_allocate_in_pool() == torch.cuda.is_available()
 
 
 @pytest.mark.cuda

@@ -10,6 +10,7 @@ one execution of the graph: warm-up runs before a capture are undone on the inpu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -163,11 +164,14 @@ class CaptureManager:
         old = self.entries.pop(key, None)
         if old is not None:
             self.release_entry(old)
-        pool = self.pools.for_new_key()
-        buffers = None
-        if self.config.clone_input:
-            buffers = functools.partial(self.runtime.input_buffers, pool=pool)
-        staged = self.layout.stage(args, buffers)
+        # A pool's first key holds it with an empty capture, and its buffers may be new device
+        # memory: under a capture in 'global' mode on another thread either would fail it.
+        with self.global_capture_lock():
+            pool = self.pools.for_new_key()
+            buffers = None
+            if self.config.clone_input:
+                buffers = functools.partial(self.runtime.input_buffers, pool=pool)
+            staged = self.layout.stage(args, buffers)
         key = self.layout.stored_key(key)
         # Kernels compile outside the locks: a compile may take minutes, and reads no input data.
         program = self.programs.for_key(staged.args)
@@ -216,21 +220,22 @@ class CaptureManager:
         """Warm up, undo the warm-up's writes, then capture ``program``; a capture that fails
         while it runs the program has its writes undone too."""
         saved = io.snapshot(staged.args, self.layout.mutated)
-        lock = GLOBAL_CAPTURE_LOCK if self.config.capture_error_mode == "global" else None
         try:
-            if lock is not None:
-                lock.acquire()
-            if self.config.num_warmup_iters and self.runtime.warms_up(program.kind):
-                self.runtime.warmup(program.fn, staged.args, self.config.num_warmup_iters)
-                io.restore(saved)
-            owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()
-            return self.runtime.capture(program, staged.args, pool, owned)
+            with self.global_capture_lock():
+                if self.config.num_warmup_iters and self.runtime.warms_up(program.kind):
+                    self.runtime.warmup(program.fn, staged.args, self.config.num_warmup_iters)
+                    io.restore(saved)
+                owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()
+                return self.runtime.capture(program, staged.args, pool, owned)
         except Exception:
             io.restore(saved)
             raise
-        finally:
-            if lock is not None:
-                lock.release()
+
+    def global_capture_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """``GLOBAL_CAPTURE_LOCK`` where captures are in ``capture_error_mode='global'``."""
+        if self.config.capture_error_mode == "global":
+            return GLOBAL_CAPTURE_LOCK
+        return contextlib.nullcontext()
 
     def drop_keys_of_replaced_parameters(self, args: Sequence[Any]) -> None:
         """Release keys captured against parameters the model has since replaced and freed

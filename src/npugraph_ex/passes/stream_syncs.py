@@ -183,22 +183,19 @@ def lower_dynamo_syncs(graph: torch.fx.Graph, lane_of: Callable[[int], Lane]) ->
     """Dynamo's stream ops (see the module) as tagged events; ``lane_of(index)``: the lane of
     the stream Dynamo noted at ``index``."""
     placer = Placer(graph)
-    streams = torch.ops.streams
     for node in list(graph.nodes):
-        if node.op != "call_function":
-            continue
-        target, args = node.target, node.args
-        if target is streams.record_event.default:
+        name, args = stream_op(node), node.args  # by name: torch 2.11 has no synchronize_* ops
+        if name == "record_event":
             placer.place(node, EVENT_RECORD, event_tag(args[0]), lane_of(args[1]))
-        elif target in (streams.wait_event.default, streams.sync_dealloc.default):
+        elif name in ("wait_event", "sync_dealloc"):
             placer.place(node, EVENT_WAIT, event_tag(args[0]), lane_of(args[1]))
-        elif target is streams.wait_stream.default:
+        elif name == "wait_stream":
             placer.wait_for(node, lane_of(args[0]), [lane_of(args[1])], "wait_stream")
-        elif target is streams.synchronize_event.default:
+        elif name == "synchronize_event":
             placer.place(node, EVENT_WAIT, event_tag(args[0]), None)
-        elif target is streams.synchronize_stream.default:
+        elif name == "synchronize_stream":
             placer.wait_for(node, None, [lane_of(args[0])], "synchronize")
-        elif target is streams.synchronize_device.default:
+        elif name == "synchronize_device":
             placer.wait_for(node, None, lanes_before(graph, node), "synchronize")
         else:
             continue

@@ -176,15 +176,20 @@ class StreamGraphRuntime(DeviceRuntime):
         # The first capture in a pool needs no copies: no graph before it freed blocks there.
         if self.pool_users[pool] > 1:
             outputs, pairs = private_copies(outputs, args)
-            copier = self.graph_class()
-            with torch.no_grad(), self.graph_context(copier, capture_error_mode=capture_error_mode):
-                for source, own in pairs:
-                    own.copy_(source)
-            graphs.append(copier)
+            if pairs:  # else every output is an input's, or empty: nothing to copy out
+                graphs.append(self.copier(pairs, capture_error_mode))
         self.module.synchronize()
         grown = max(self.module.memory_reserved() - before, 0)
         self.pool_growth[pool] = self.pool_growth.get(pool, 0) + grown
         return DeviceGraph(graphs, outputs, grown, args)
+
+    def copier(self, pairs: Sequence[Any], capture_error_mode: str) -> Any:
+        """A graph copying each ``(source, own)`` pair's bytes, in a pool of its own."""
+        graph = self.graph_class()
+        with torch.no_grad(), self.graph_context(graph, capture_error_mode=capture_error_mode):
+            for source, own in pairs:
+                own.copy_(source)
+        return graph
 
     def new_pool(self) -> Any:
         return self.module.graph_pool_handle()
@@ -220,10 +225,13 @@ class CudaRuntime(StreamGraphRuntime):
         in_pool = [s.is_cuda for s in sources]
         if not any(in_pool) or pool is None or not cuda_pools.can_allocate_in_pool():
             return super().input_buffers(sources, pool)
+        on_device = [s for s in sources if s.is_cuda]
         # Allocating into a pool no graph holds yet would leave it released before the
         # capture, which then fails an internal assertion: hold it first, with the buffers.
-        hold = self.hold_pool(pool)
-        pooled = iter(cuda_pools.copies_in_pool([s for s in sources if s.is_cuda], pool))
+        # Pools are per device: the hold is taken on the device the buffers go to.
+        with torch.cuda.device(on_device[0].device):
+            hold = self.hold_pool(pool)
+        pooled = iter(cuda_pools.copies_in_pool(on_device, pool))
         tensors = [
             next(pooled) if cuda else s.clone(memory_format=torch.preserve_format)
             for s, cuda in zip(sources, in_pool, strict=True)

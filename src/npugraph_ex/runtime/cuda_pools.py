@@ -25,7 +25,11 @@ def pool_bytes(segments: Iterable[dict[str, Any]], pool: Any) -> tuple[int, int]
 
 
 def can_allocate_in_pool() -> bool:
-    return hasattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool")
+    """Whether this build routes a thread's allocations to a graph pool: one with CUDA (a
+    CPU-only build defines the binding as a placeholder class once ``torch.cuda.memory`` is
+    imported)."""
+    begin = getattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", None)
+    return begin is not None and not isinstance(begin, type) and torch.cuda.is_available()
 
 
 @contextlib.contextmanager
