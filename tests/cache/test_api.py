@@ -232,7 +232,7 @@ def test_a_process_runs_the_variant_it_stored_from_its_second_call(
             wider = cached(x).clone(), model(x)
     for got, want in [first, *later, wider]:
         assert torch.equal(got, want)
-    assert caplog.records == []
+    assert [r for r in caplog.records if r.name.startswith("npugraph_ex")] == []
     info = cached.cache_info()
     assert (info["compiled"], info["saved"], info["hits"], info["variants"]) == (2, 2, 3, 2)
     assert info["build_seconds"] == 0.0

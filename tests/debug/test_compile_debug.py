@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,17 +36,25 @@ def expected_files() -> list[str]:
     return sorted(["00_input.py", *dumps, "captured.py", "debug.log", "key0.json", "kernels"])
 
 
+@pytest.fixture
+def torch_debug_root(tmp_path: Path) -> Iterator[Path]:
+    """Dynamo's debug folder, under ``tmp_path`` (set through its config's own ``patch``:
+    pytest's ``monkeypatch`` undoes a setting of a config module by deleting it, since 9.2)."""
+    root = tmp_path / "torch"
+    with torch._dynamo.config.patch(debug_dir_root=str(root)):
+        yield root
+
+
 def test_torch_compile_debug_writes_into_torchs_run_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    torch_debug_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCH_COMPILE_DEBUG", "1")
-    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", str(tmp_path))
     torch_debug_run.cache_clear()
     try:
         compile_and_call()
     finally:
         torch_debug_run.cache_clear()
-    [folder] = tmp_path.glob(f"run_*-pid_{os.getpid()}/npugraph_ex/graph[[]0_0[]]")
+    [folder] = torch_debug_root.glob(f"run_*-pid_{os.getpid()}/npugraph_ex/graph[[]0_0[]]")
     assert (folder.parent.parent / "torchdynamo").is_dir()  # Dynamo's files sit next to ours
     assert sorted(p.name for p in folder.iterdir()) == expected_files()
     summary = json.loads((folder / "key0.json").read_text())
@@ -77,12 +86,11 @@ def test_the_debug_log_leaves_the_applications_logging_as_it_was(
 
 
 def test_debug_dump_dir_wins_and_nothing_is_written_without_either(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, torch_debug_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TORCH_COMPILE_DEBUG", raising=False)
-    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", str(tmp_path / "torch"))
     compile_and_call()
-    assert not (tmp_path / "torch").exists()
+    assert not torch_debug_root.exists()
     compile_and_call({"debug_dump_dir": str(tmp_path / "mine")})
     [folder] = (tmp_path / "mine").iterdir()
     assert sorted(p.name for p in folder.iterdir()) == expected_files()

@@ -66,6 +66,13 @@ def test_linalg_ops_with_error_checks_replay(fn) -> None:
 
 
 def test_a_replayed_error_check_still_raises_for_a_singular_matrix() -> None:
+    plain = torch.compile(torch.linalg.inv, backend="aot_eager")
+    plain(well_conditioned(0))
+    try:
+        plain(torch.zeros(4, 4))
+        pytest.skip(f"torch {torch.__version__}'s AOTAutograd drops the check, any backend")
+    except torch.linalg.LinAlgError:
+        torch._dynamo.reset()
     opt = torch.compile(torch.linalg.inv, backend="npugraph_ex")
     opt(well_conditioned(0))
     with pytest.raises(torch.linalg.LinAlgError, match="singular"):
