@@ -504,10 +504,14 @@ def test_threads_calling_new_shapes_at_once_capture_no_more_than_the_limit() -> 
                 failures.append(length)
 
     threads = [threading.Thread(target=call, args=(n,)) for n in range(2, 8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # Torch 2.11 sets and reverts ``dynamic=True``'s ``assume_static_by_default=False`` for the
+    # whole process, not per thread: calls racing on threads can leave it set, and every later
+    # compile in the process dynamic. The patch puts it back.
+    with torch._dynamo.config.patch(assume_static_by_default=True):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     (graph,) = graphs_called()
     assert not failures and graph["captures"] == 2
     assert graph["eager_calls"] == {"capture_limit": 5}

@@ -4,11 +4,12 @@ A graph compiled with ``dynamic=True`` holds symbolic sizes, so ``pattern_fusion
 split a product of few rows over the threads (``passes/patterns/row_products.py``): it needs the
 row count. Every captured key has concrete sizes. Where the platform of the graph's device picks
 keys by their row counts (``Platform.key_rule``; the CPU's: a product of at most
-``SPLIT_MAX_ROWS`` rows, or at a count oneDNN is not given, ``runtime/cpu/platform.py``) and the
-graph's symbolic row counts (``RowPlan``, read once from its fake values; the compile cache
-stores it) give a key such a product, the key's capture runs the graph under ``SplitFewRows``, a
-dispatch mode that runs each ``mm``/``addmm`` the pattern would take as the pattern's
-replacement does, judged on the real arguments, so the recorder records the split's kernels:
+``SPLIT_MAX_ROWS`` rows, or, in a graph that gives oneDNN some of its products, a count oneDNN is
+not given, ``runtime/cpu/platform.py``) and the graph's symbolic row counts (``RowPlan``, read
+once from its fake values; the compile cache stores it) give a key such a product, the key's
+capture runs the graph under ``SplitFewRows``, a dispatch mode that runs each ``mm``/``addmm``
+the pattern would take as the pattern's replacement does, judged on the real arguments, so the
+recorder records the split's kernels:
 
     graph:     %y = mm(%x, t(%w))                           x: [s0, 256]
     key s0=4:  bmm(view(w, [2, N/2, 256]), ...), copy       the split, as a static graph has it
@@ -68,13 +69,16 @@ class RowPlan:
     """Each distinct symbolic row count, as a sympy expression's text."""
     sources: tuple[tuple[str, int, int | None], ...]
     """Per symbol: its name, the input it is read from, and the dim (None: the int input)."""
+    onednn: bool = True
+    """Whether one of those products is oneDNN's linear, which a key runs as ``mm`` where oneDNN
+    is not given its count (True in a plan stored before the field: the rule then assumes so)."""
 
     @classmethod
     def of(cls, gm: torch.fx.GraphModule) -> RowPlan | None:
         """The plan of ``gm`` (from its nodes' fake values), or None if no product of it has
         a symbolic row count."""
-        rows = symbolic_rows(gm)
-        if not rows:
+        products = symbolic_products(gm)
+        if not products:
             return None
         sources: dict[str, tuple[str, int, int | None]] = {}
         for index, node in enumerate(gm.graph.find_nodes(op="placeholder")):
@@ -86,7 +90,9 @@ class RowPlan:
                 if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                     name = size.node.expr.name
                     sources.setdefault(name, (name, index, dim))
-        return cls(tuple(str(expr) for expr in rows), tuple(sources.values()))
+        rows = dict.fromkeys(expr for expr, _ in products)
+        onednn = any(op is LINEAR for _, op in products)
+        return cls(tuple(str(expr) for expr in rows), tuple(sources.values()), onednn)
 
     def counts(self, args: Sequence[Any]) -> list[int | None]:
         """Each row count for ``args`` (None where a symbol of it has no source)."""
@@ -100,9 +106,9 @@ class RowPlan:
         return [evaluate(expr, bound) for expr in self.rows]
 
 
-def symbolic_rows(gm: torch.fx.GraphModule) -> list[sympy.Expr]:
-    """The row counts of ``gm``'s matrix products that are symbolic (deduplicated)."""
-    rows: dict[sympy.Expr, None] = {}
+def symbolic_products(gm: torch.fx.GraphModule) -> list[tuple[sympy.Expr, Any]]:
+    """The matrix products of ``gm`` whose row count is symbolic: each one's count and op."""
+    products = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in PRODUCTS:
             continue
@@ -112,8 +118,8 @@ def symbolic_rows(gm: torch.fx.GraphModule) -> list[sympy.Expr]:
             continue
         count = value.shape[0]
         if isinstance(count, torch.SymInt):
-            rows[count.node.expr] = None
-    return list(rows)
+            products.append((count.node.expr, node.target))
+    return products
 
 
 @functools.cache
@@ -192,7 +198,7 @@ class KeySpecialiser:
 
     def graph_for(self, args: Sequence[Any], counts: Counter) -> Callable[..., Any] | None:
         """What to run for ``args`` in place of the graph, or None to run it as it is."""
-        if not self.rule(self.plan.counts(args)):
+        if not self.rule(self.plan.counts(args), self.plan.onednn):
             return None
         return SplitRun(self.fn, self.name, counts)
 

@@ -44,9 +44,10 @@ REDUCTION = "reduction"
 ONEDNN_LINEAR = "onednn_linear"
 """A static kernel's product by a weight as a call of oneDNN's linear kernel."""
 
-KeyRule = Callable[[Sequence[int | None]], bool]
-"""Given the row counts of a key's products (None: not known from its inputs), whether the key
-runs its products with the kernels chosen for its own sizes (``capture/key_shapes``)."""
+KeyRule = Callable[[Sequence[int | None], bool], bool]
+"""Given the row counts of a key's products (None: not known from its inputs) and whether the
+graph runs some of them through oneDNN's linear kernel, whether the key runs its products with
+the kernels chosen for its own sizes (``capture/key_shapes``)."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ this pass in inference.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
@@ -125,16 +126,20 @@ def fused_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
     )
 
 
-def fusable(match: Any, dtype: torch.dtype = torch.float32) -> bool:
+def fusable(match: Any, dtype: torch.dtype = torch.float32, terms: tuple[str, ...] = ()) -> bool:
     """What ``scaled_dot_product_attention`` computes is what the written-out ops did.
 
     Query, key and value are 4-d tensors of ``dtype`` (the patterns' own) on one device, of one
     batch size (the products would broadcast it, the kernel does not), key and value of one
-    length and head count, the query heads a multiple of the key heads; each additive term
-    (``mask``, ``bias``) is a tensor of the query's dtype and device (the add would promote to a
-    float64 mask's dtype, or add a bool one as 0 and 1, where the kernel reads a bool mask as
-    "keep") that broadcasts to the scores' shape without growing it; and the platform of their
-    device lists the fused kernel.
+    length and head count, the query heads a multiple of the key heads; each additive term the
+    pattern takes (``terms``: ``mask``, ``bias``) is a tensor of the query's dtype and device (the
+    add would promote to a float64 mask's dtype, or add a bool one as 0 and 1, where the kernel
+    reads a bool mask as "keep") that broadcasts to the scores' shape without growing it; and the
+    platform of their device lists the fused kernel.
+
+    A term missing from the match is a number the re-check matched as a literal (torch 2.11's
+    matcher leaves it out of the re-check's bindings, later ones fill it in from the first
+    match): refused like any other number, which the kernel cannot take as its mask.
     """
     tensors = bound_tensors(match, "q", "k", "v")
     if tensors is None:
@@ -150,9 +155,7 @@ def fusable(match: Any, dtype: torch.dtype = torch.float32) -> bool:
     ):
         return False
     scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    for name in ("mask", "bias"):
-        if name not in match.kwargs:
-            continue
+    for name in terms:
         term = bound(match, name)
         if not (
             isinstance(term, torch.Tensor)
@@ -163,13 +166,19 @@ def fusable(match: Any, dtype: torch.dtype = torch.float32) -> bool:
     return SDPA in platform_for(q.device.type).fused_kernels()
 
 
+def check_for(search: Any, dtype: torch.dtype) -> Any:
+    """``fusable`` for the pattern ``search``: of its dtype, with the additive terms it takes."""
+    parameters = inspect.signature(search).parameters
+    terms = tuple(name for name in ("bias", "mask") if name in parameters)
+    return functools.partial(fusable, dtype=dtype, terms=terms)
+
+
 def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
     """The patterns traced in ``dtype`` (float32, or one of ``HALF_PRECISION``)."""
 
     def example(*shape: int) -> torch.Tensor:
         return torch.randn(*shape).to(dtype)
 
-    check = functools.partial(fusable, dtype=dtype)
     q, grouped_k, k = example(1, 4, 3, 8), example(1, 2, 5, 8), example(1, 4, 5, 8)
     mask = example(1, 1, 3, 5)
     for search, replace, kv in (
@@ -179,7 +188,9 @@ def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
         (plain, fused, k),
     ):
         inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_scaled_attention(pass_dict, search, replace, inputs, check=check)
+        register_scaled_attention(
+            pass_dict, search, replace, inputs, check=check_for(search, dtype)
+        )
     for search, replace, kv in (
         (grouped_masked_unscaled, fused_masked_unscaled, grouped_k),
         (grouped_unscaled, fused_unscaled, grouped_k),
@@ -192,7 +203,7 @@ def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
             search,
             replace,
             [q, kv, kv.clone(), *([mask] if masked else [])],
-            extra_check=check,
+            extra_check=check_for(search, dtype),
         )
     bias = example(1, 4, 3, 5)
     add_replacement(
@@ -200,5 +211,5 @@ def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
         plain_biased_masked_unscaled,
         fused_biased_masked_unscaled,
         [q, k, k.clone(), bias, mask],
-        extra_check=check,
+        extra_check=check_for(plain_biased_masked_unscaled, dtype),
     )

@@ -88,11 +88,13 @@ def linear_takes_rows(rows: int) -> bool:
     return True
 
 
-def wants_own_kernels(counts: Sequence[int | None]) -> bool:
+def wants_own_kernels(counts: Sequence[int | None], onednn: bool = True) -> bool:
     """Whether a key with products of these row counts runs them as chosen for its sizes: one
-    has at most ``SPLIT_MAX_ROWS`` rows, or oneDNN's linear, which the graph may hold (it takes
-    symbolic counts where it pays at some count), does not take its count here."""
-    onednn_in_use = probes.linear_pays(None)
+    has at most ``SPLIT_MAX_ROWS`` rows, or, where the graph runs products through oneDNN's
+    linear (``onednn``: it takes symbolic counts where it pays at some count; True where not
+    known), oneDNN does not take its count here. A graph of plain products has nothing to run
+    otherwise at a count oneDNN is not given."""
+    onednn_in_use = onednn and probes.linear_pays(None)
     return any(
         count is not None
         and (count <= SPLIT_MAX_ROWS or (onednn_in_use and not linear_takes_rows(count)))
