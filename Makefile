@@ -11,7 +11,7 @@ TORCH_OK := $(PYTHON) -c "import sys, torch; \
 
 LINT_PATHS := src tests benchmarks
 
-.PHONY: install test demo lint cuda-check sweep zoo
+.PHONY: install test test-other-torch demo lint cuda-check sweep zoo
 
 install:
 	@$(TORCH_OK) 2>/dev/null || $(PIP) install "$(TORCH_PIN)"
@@ -19,6 +19,17 @@ install:
 
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not zoo" tests
+
+# The suite on another torch release (default: the oldest supported) in a virtual environment of
+# its own, .venv-torch-$(OTHER_TORCH): torch from the package index, its CUDA build (gigabytes,
+# downloaded once), run on CPU. `make test` stays on the pinned CPU build.
+OTHER_TORCH ?= 2.11.0
+OTHER_VENV := .venv-torch-$(OTHER_TORCH)
+test-other-torch:
+	test -x $(OTHER_VENV)/bin/python || $(PYTHON) -m venv $(OTHER_VENV)
+	$(OTHER_VENV)/bin/python -m pip install "torch==$(OTHER_TORCH)"
+	$(OTHER_VENV)/bin/python -m pip install -e ".[test,bench]"
+	$(OTHER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not zoo" tests
 
 # The whole model zoo (every generation and image model, dynamic batches, static kernels,
 # background kernels, bit-for-bit against Dynamo alone) and its table in docs/zoo.md, with eager
