@@ -40,6 +40,20 @@ def reset_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def dynamo_static_default_kept() -> Iterator[None]:
+    """A test leaves Dynamo's ``assume_static_by_default`` as it found it. On torch 2.11 threads
+    racing calls of a ``dynamic=True`` function can leave it off for the process (it is patched
+    process-wide around each call), and every later compile then traces every size symbolic:
+    the test that did it fails here, not dozens of tests after it."""
+    before = torch._dynamo.config.assume_static_by_default
+    yield
+    after = torch._dynamo.config.assume_static_by_default
+    if after != before:
+        torch._dynamo.config.assume_static_by_default = before
+        pytest.fail(f"the test left Dynamo's assume_static_by_default {after} (was {before})")
+
+
+@pytest.fixture(autouse=True)
 def no_compile_left_running() -> Iterator[None]:
     """A kernel-tier compile an earlier test started (the CPU default compiles hot keys in a
     second process) must not take this test's cores or its place in the queue."""
