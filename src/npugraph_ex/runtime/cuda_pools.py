@@ -25,11 +25,10 @@ def pool_bytes(segments: Iterable[dict[str, Any]], pool: Any) -> tuple[int, int]
 
 
 def can_allocate_in_pool() -> bool:
-    """Whether this build routes a thread's allocations to a graph pool: one with CUDA (a
-    CPU-only build defines the binding as a placeholder class once ``torch.cuda.memory`` is
-    imported)."""
-    begin = getattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", None)
-    return begin is not None and not isinstance(begin, type) and torch.cuda.is_available()
+    """Whether this process routes a thread's allocations to a graph pool: CUDA is there, and
+    the binding (a CPU-only build defines a placeholder of it once ``torch.cuda.memory`` is
+    imported, so its presence alone does not say)."""
+    return torch.cuda.is_available() and hasattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool")
 
 
 @contextlib.contextmanager
