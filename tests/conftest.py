@@ -12,7 +12,11 @@ import npugraph_ex
 from models import make_tiny_qwen3
 from npugraph_ex.kernels.processes import PROCESSES
 from npugraph_ex.passes.patterns import registry
-from npugraph_ex.passes.patterns.builtin import register_builtin_patterns, register_for
+from npugraph_ex.passes.patterns.builtin import (
+    register_builtin_patterns,
+    register_copied_operands_for,
+    register_for,
+)
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 CUDA_PARAM = pytest.param(
@@ -80,6 +84,8 @@ def scratch_registry() -> Iterator[None]:
     register_builtin_patterns()
     for dtype in (torch.float16, torch.bfloat16):  # registered once: never dropped with a test's
         register_for(dtype)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        register_copied_operands_for(dtype)
     saved = {key: list(entries) for key, entries in registry().patterns.items()}
     seen = {key: list(reprs) for key, reprs in registry().seen_patterns.items()}
     yield

@@ -320,3 +320,37 @@ def test_a_wrong_scalar_workaround_is_refused_naming_the_fix(
     assert str(error.value).startswith("register_replacement: ")
     assert message in str(error.value)
     assert {key: len(entries) for key, entries in registry().patterns.items()} == patterns_before
+
+
+def pairs_summed(x: torch.Tensor) -> torch.Tensor:
+    return x.view(x.shape[0], x.shape[1] // 2, 2).sum(-1)
+
+
+def pairs_added(x: torch.Tensor) -> torch.Tensor:
+    return x[:, 0::2] + x[:, 1::2]
+
+
+def sums_of_fours(x: torch.Tensor) -> torch.Tensor:
+    return x.view(x.shape[0], x.shape[1] // 4, 4).sum(-1)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(("model", "applies"), [(pairs_summed, True), (sums_of_fours, False)])
+def test_a_pattern_of_sizes_is_matched_and_rechecked_with_every_symbol(
+    traced, model, applies
+) -> None:
+    # With dynamic shapes rows and columns are two symbols of the pattern's view; its re-check
+    # traces it with both as inputs, and refuses a graph whose constants differ (sums of fours
+    # match the pattern with its sizes ignored, not the pattern of the graph's own sizes).
+    npugraph_ex.register_replacement(pairs_summed, pairs_added, [torch.randn(3, 8)])
+    graph = traced(model, torch.randn(5, 12), dynamic=True)
+    assert len([n for n in graph.gm.graph.nodes if n.op == "placeholder"]) == 3  # two symbols
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    counts = graph.op_counts()
+    assert counts["aten.sum.dim_IntList"] == (0 if applies else 1)
+    assert counts["aten.add.Tensor"] == (1 if applies else 0)
+
+    compiled = torch.compile(model, backend="npugraph_ex", dynamic=True)
+    for rows in (5, 7):
+        x = torch.randn(rows, 12)
+        assert torch.equal(compiled(x), model(x))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 
@@ -232,10 +233,13 @@ def hugging_face_model(name: str) -> torch.nn.Module:
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "opt", "t5"])
-def test_hugging_face_eager_attention_is_fused_with_dynamic_shapes(name: str) -> None:
+def test_hugging_face_eager_attention_is_fused_with_dynamic_shapes(name: str, batch: int) -> None:
     # gpt2 transposes the key with (-1, -2); llama repeats K/V heads; bert masks padding, not
     # the future; opt scales the query before the product; t5 adds a position bias, no scale.
+    # A batch of 2 makes batch and length two symbols, and the products copy every operand
+    # but llama's rotated query and key and repeated value.
     torch._dynamo.reset()
     model, recorder = hugging_face_model(name), GraphRecorder()
     compiled = torch.compile(
@@ -246,7 +250,8 @@ def test_hugging_face_eager_attention_is_fused_with_dynamic_shapes(name: str) ->
     )
     extra = {} if name in ("bert", "t5") else {"use_cache": False}
     for length in (5, 7):
-        ids = torch.randint(1, 128, (1, length), generator=torch.Generator().manual_seed(length))
+        generator = torch.Generator().manual_seed(length)
+        ids = torch.randint(1, 128, (batch, length), generator=generator)
         expected = model(input_ids=ids, **extra)[0]
         torch.testing.assert_close(compiled(input_ids=ids, **extra)[0], expected, **TOLERANCE)
     counts = Counter(str(node.target) for node in recorder.only().nodes)
@@ -343,6 +348,63 @@ def test_non_contiguous_inputs(fused) -> None:
     assert not any(t.is_contiguous() for t in (q, k, v, mask))
     result = fused(attention, q, k, v, mask)
     assert result.applied(FLASH)
+    result.assert_close(**TOLERANCE)
+
+
+def laid_out(transposed: bool, batch: int = 2, heads: int = 4) -> torch.Tensor:
+    """A [batch, heads, 6, 16] operand, contiguous or as a projection's output transposed."""
+    if transposed:
+        return torch.randn(batch, 6, heads, 16).transpose(1, 2)
+    return torch.randn(batch, heads, 6, 16)
+
+
+LAYOUTS = list(itertools.product((False, True), repeat=3))
+"""Query, key and value each contiguous or transposed."""
+
+
+@pytest.mark.parametrize(
+    "layout", LAYOUTS, ids=["".join("T" if t else "c" for t in lay) for lay in LAYOUTS]
+)
+def test_a_batch_of_transposed_operands_is_fused_in_every_layout(fused, layout) -> None:
+    # A product views a batch of more than one transposed operand as matrices only after a copy
+    # (a clone the pattern traced from contiguous values does not hold).
+    q, k, v = (laid_out(transposed) for transposed in layout)
+    result = fused(attention, q, k, v, CAUSAL)
+    assert result.before["aten.clone.default"] == sum(layout)
+    assert result.applied(FLASH) and result.after["aten.clone.default"] == 0
+    result.assert_close(**TOLERANCE)
+
+
+def test_a_graph_whose_products_copy_an_operand_gets_the_patterns_that_hold_the_copy(
+    traced, monkeypatch
+) -> None:
+    # As AOTAutograd hands it over (the copy's reshape spelled ``_unsafe_view``): the pass
+    # registers the patterns of copied operands for the graph's dtype before it matches.
+    import npugraph_ex.passes.fuse_patterns as pass_module
+
+    registered: list[torch.dtype] = []
+    monkeypatch.setattr(pass_module, "register_copied_operands_for", registered.append)
+    graph = traced(attention, laid_out(True), laid_out(False), laid_out(False), CAUSAL)
+    assert graph.count(torch.ops.aten._unsafe_view.default) == 1
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert registered == [torch.float32]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_grouped_attention_on_a_transposed_batch_is_fused(fused, dynamic) -> None:
+    # Hugging Face's eager attention for models without rotary embeddings (the query is the
+    # projection's output, transposed); dynamic: batch and length are two symbols, the heads
+    # fixed, as a model's weights fix them.
+    q, k, v = laid_out(True), laid_out(True, heads=2), laid_out(True, heads=2)
+    mask = CAUSAL[None, None].clone()
+    if dynamic:
+        for tensor in (q, k, v):
+            torch._dynamo.mark_dynamic(tensor, 0)
+            torch._dynamo.mark_dynamic(tensor, 2)
+        torch._dynamo.mark_dynamic(mask, 2)
+        torch._dynamo.mark_dynamic(mask, 3)
+    result = fused(eager_attention, q, k, v, mask)
+    assert result.applied(FLASH) and result.after["aten._softmax.default"] == 0
     result.assert_close(**TOLERANCE)
 
 

@@ -22,7 +22,12 @@ from npugraph_ex.passes.patterns import (
     product_registry,
     registry,
 )
-from npugraph_ex.passes.patterns.builtin import register_builtin_patterns, register_for
+from npugraph_ex.passes.patterns.builtin import (
+    register_builtin_patterns,
+    register_copied_operands_for,
+    register_for,
+)
+from npugraph_ex.passes.patterns.eager_attention import copies_an_operand
 
 CAPTURE_PATTERNS = "npugraph_ex.capture_patterns"
 """``gm.meta`` key, True once the capture-only patterns ran on the graph: the keys of a graph
@@ -38,9 +43,12 @@ once."""
 
 def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> None:
     register_builtin_patterns()
+    canonical_spellings(gm.graph)
+    copies = copies_an_operand(gm.graph)
     for dtype in input_dtypes(gm):
         register_for(dtype)
-    canonical_spellings(gm.graph)
+        if copies:
+            register_copied_operands_for(dtype)
     replaced = registry().apply(gm.graph)
     if replaced:
         gm.graph.eliminate_dead_code()

@@ -46,3 +46,13 @@ def register_for(dtype: torch.dtype) -> None:
     as much as every float32 pattern together, which float32 models need not pay."""
     if dtype in eager_attention.HALF_PRECISION:
         eager_attention.register(registry(), dtype)
+
+
+@functools.cache
+def register_copied_operands_for(dtype: torch.dtype) -> None:
+    """The attention patterns whose query, key or value a product copies first (a transposed
+    batch: ``eager_attention.layouts``), registered the first time a graph of that dtype with
+    such a copy reaches the pass: they are most of the attention patterns, and most graphs
+    need none of them."""
+    if dtype is torch.float32 or dtype in eager_attention.HALF_PRECISION:
+        eager_attention.register(registry(), dtype, copied_operands=True)

@@ -17,7 +17,9 @@ writes it (the fused kernels accumulate in float32 too); not to half-precision g
 softmax runs in half precision, numbers or bool tensors added as a mask, masks of another dtype,
 or products that broadcast the batch; and on devices whose platform lists the fused kernel
 (``Platform.fused_kernels``: CPU, CUDA, NPU). The half-precision patterns are traced the first
-time a graph with half-precision inputs reaches the pass (``register_for``).
+time a graph with half-precision inputs reaches the pass (``register_for``); those whose products
+copy a transposed batch of query, key or value first (``layouts``), the first time a graph with
+such a copy does (``register_copied_operands_for``).
 Tolerance: the fused kernel sums in another order (max |diff| about 1e-7 for unit-scale
 float32 values; within half precision's rounding of eager's float16 and bfloat16 results,
 measured in the tests); dropout must be off (``training=False``), which is how the graph reaches
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from typing import Any
 
 import torch
@@ -137,12 +140,16 @@ def fusable(match: Any, dtype: torch.dtype = torch.float32, terms: tuple[str, ..
     reads a bool mask as "keep") that broadcasts to the scores' shape without growing it; and the
     platform of their device lists the fused kernel.
 
+    A query, key or value bound to the copy a product made of it (``made_for_a_product``) is
+    refused: the pattern traced from that layout holds the copy, takes the match, and the copy
+    goes with the products.
+
     A term missing from the match is a number the re-check matched as a literal (torch 2.11's
     matcher leaves it out of the re-check's bindings, later ones fill it in from the first
     match): refused like any other number, which the kernel cannot take as its mask.
     """
     tensors = bound_tensors(match, "q", "k", "v")
-    if tensors is None:
+    if tensors is None or any(made_for_a_product(match.kwargs[n]) for n in ("q", "k", "v")):
         return False
     q, k, v = tensors
     if not (one_kind([q, k, v], (dtype,)) and q.dim() == k.dim() == v.dim() == 4):
@@ -173,43 +180,90 @@ def check_for(search: Any, dtype: torch.dtype) -> Any:
     return functools.partial(fusable, dtype=dtype, terms=terms)
 
 
-def register(pass_dict: Any, dtype: torch.dtype = torch.float32) -> None:
-    """The patterns traced in ``dtype`` (float32, or one of ``HALF_PRECISION``)."""
+def laid_out(example: torch.Tensor, heads_second: bool) -> torch.Tensor:
+    """``example`` (batch, heads, length, dim) as it is stored: contiguous, or as a projection's
+    output viewed per head and transposed (``view(b, s, h, d).transpose(1, 2)``)."""
+    if not heads_second:
+        return example
+    return example.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def layouts(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grouped: bool, copied: bool
+) -> list[list[torch.Tensor]]:
+    """Query, key and value in the combinations of ``laid_out``'s two layouts: all contiguous
+    (``copied=False``), or each other combination (``copied=True``).
+
+    A product of a batch of more than one transposed query, key or value cannot view it as a
+    batch of matrices: it copies it first (``clone``), a node the pattern traced from contiguous
+    values lacks. Grouped patterns copy key and value anyway (``repeat_kv``): only the query's
+    layout makes a pattern of its own."""
+    kv_layouts = ((False, False),) if grouped else tuple(itertools.product((False, True), repeat=2))
+    combinations = [(a, *kv) for a in (False, True) for kv in kv_layouts]
+    return [
+        [laid_out(q, a), laid_out(k, b), laid_out(v, c)]
+        for a, b, c in combinations
+        if any((a, b, c)) == copied
+    ]
+
+
+def made_for_a_product(node: Any) -> bool:
+    """Whether ``node`` is the copy a batched product makes of its operand (``clone``, then a
+    ``view`` as matrices into ``bmm``, nothing else)."""
+    if not (isinstance(node, torch.fx.Node) and node.target is torch.ops.aten.clone.default):
+        return False
+    users = list(node.users)
+    return (
+        len(users) == 1
+        and users[0].target is torch.ops.aten.view.default
+        and all(user.target is torch.ops.aten.bmm.default for user in users[0].users)
+    )
+
+
+def copies_an_operand(graph: torch.fx.Graph) -> bool:
+    """Whether a batched product in ``graph`` copies an operand first: the graph may hold
+    attention whose query, key or value ``layouts`` calls copied."""
+    clones = graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)
+    return any(made_for_a_product(node) for node in clones)
+
+
+PATTERNS = (
+    (grouped_masked, fused_masked),
+    (grouped, fused),
+    (plain_masked, fused_masked),
+    (plain, fused),
+    (grouped_masked_unscaled, fused_masked_unscaled),
+    (grouped_unscaled, fused_unscaled),
+    (plain_masked_unscaled, fused_masked_unscaled),
+    (plain_unscaled, fused_unscaled),
+    (plain_biased_masked_unscaled, fused_biased_masked_unscaled),
+)
+"""Each written-out attention and its fused form; those whose name starts with ``grouped``
+repeat the key and value heads, those with a ``scale`` argument take it from the graph."""
+
+
+def register(
+    pass_dict: Any, dtype: torch.dtype = torch.float32, copied_operands: bool = False
+) -> None:
+    """The patterns traced in ``dtype`` (float32, or one of ``HALF_PRECISION``), for contiguous
+    query, key and value, or for each layout that copies one of them (``layouts``)."""
 
     def example(*shape: int) -> torch.Tensor:
         return torch.randn(*shape).to(dtype)
 
-    q, grouped_k, k = example(1, 4, 3, 8), example(1, 2, 5, 8), example(1, 4, 5, 8)
-    mask = example(1, 1, 3, 5)
-    for search, replace, kv in (
-        (grouped_masked, fused_masked, grouped_k),
-        (grouped, fused, grouped_k),
-        (plain_masked, fused_masked, k),
-        (plain, fused, k),
-    ):
-        inputs = [q, kv, kv.clone(), mask] if replace is fused_masked else [q, kv, kv.clone()]
-        register_scaled_attention(
-            pass_dict, search, replace, inputs, check=check_for(search, dtype)
-        )
-    for search, replace, kv in (
-        (grouped_masked_unscaled, fused_masked_unscaled, grouped_k),
-        (grouped_unscaled, fused_unscaled, grouped_k),
-        (plain_masked_unscaled, fused_masked_unscaled, k),
-        (plain_unscaled, fused_unscaled, k),
-    ):
-        masked = replace is fused_masked_unscaled
-        add_replacement(
-            pass_dict,
-            search,
-            replace,
-            [q, kv, kv.clone(), *([mask] if masked else [])],
-            extra_check=check_for(search, dtype),
-        )
-    bias = example(1, 4, 3, 5)
-    add_replacement(
-        pass_dict,
-        plain_biased_masked_unscaled,
-        fused_biased_masked_unscaled,
-        [q, k, k.clone(), bias, mask],
-        extra_check=check_for(plain_biased_masked_unscaled, dtype),
-    )
+    q = example(2, 4, 3, 8)
+    terms = {"mask": example(2, 1, 3, 5), "bias": example(2, 4, 3, 5)}
+    for search, replace in PATTERNS:
+        grouped_kv = search.__name__.startswith("grouped")
+        k = example(2, 2 if grouped_kv else 4, 5, 8)
+        parameters = inspect.signature(search).parameters
+        extra = [terms[name] for name in parameters if name in terms]
+        for qkv in layouts(q, k, k.clone(), grouped_kv, copied_operands):
+            if "scale" in parameters:
+                register_scaled_attention(
+                    pass_dict, search, replace, [*qkv, *extra], check=check_for(search, dtype)
+                )
+            else:
+                add_replacement(
+                    pass_dict, search, replace, [*qkv, *extra], extra_check=check_for(search, dtype)
+                )

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from npugraph_ex.passes.graph_facts import within_one_scope
+from npugraph_ex.passes.patterns import symbolic_recheck
 from npugraph_ex.passes.patterns.checks import is_number
 
 
@@ -167,6 +168,8 @@ def add_replacement(
     added = pattern_matcher.register_replacement(
         search_fn, replace_fn, inputs, trace_fn, pass_dict, check, **options
     )
+    if added and options.get("search_fn_pattern") is None:
+        symbolic_recheck.install(pass_dict, added, search_fn, replace_fn, trace_fn, numbers, check)
     return bool(added)
 
 
