@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
-from gloo_group import join_gloo_group
+from gloo_group import join_gloo_group, leave_gloo_group
 
 from npugraph_ex.scope import stream
 
@@ -131,7 +131,7 @@ def main() -> None:
                 "replays": sum(g["replays"] for g in graphs),
                 "eager_calls": sum(sum(g["eager_calls"].values()) for g in graphs),
             }
-    dist.destroy_process_group()
+    leave_gloo_group()
     print(json.dumps(report))
 
 

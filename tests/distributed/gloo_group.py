@@ -22,3 +22,12 @@ def join_gloo_group() -> tuple[int, int]:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
     return args.rank, args.world
+
+
+def leave_gloo_group() -> None:
+    """Wait for every rank (a barrier), then destroy the group: each rank's last collectives are
+    done on every rank before any tears its connections down. A rank that destroyed its group
+    while another was still in its last collectives aborted once at exit ("terminate called
+    without an active exception", from a C++ worker thread)."""
+    dist.barrier()
+    dist.destroy_process_group()

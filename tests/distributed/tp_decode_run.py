@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 
 import torch
-import torch.distributed as dist
-from gloo_group import join_gloo_group
+from gloo_group import join_gloo_group, leave_gloo_group
 from torch import nn
 
 STEPS = 6
@@ -102,7 +101,7 @@ def main() -> None:
         "two_batch_tokens_equal": two_tokens == [torch.cat(w[0], 1)[0].tolist() for w in want],
         "two_batch": called_graphs(),
     }))  # fmt: skip
-    dist.destroy_process_group()
+    leave_gloo_group()
 
 
 if __name__ == "__main__":
