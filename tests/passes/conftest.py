@@ -83,10 +83,9 @@ class Fused:
                 assert torch.equal(actual, expected)
 
 
-def fuse(fn: Callable[..., Any], *args: Any, dynamic: bool | None = None) -> Fused:
-    """``fn(*args)`` compiled (with ``torch.compile``'s ``dynamic``) through ``remove_noop_ops``
-    and ``pattern_fusion_pass`` only, its graph counted before and after the fusion, and run (the
-    graph itself, eagerly)."""
+def fuse(fn: Callable[..., Any], *args: Any) -> Fused:
+    """``fn(*args)`` compiled through ``remove_noop_ops`` and ``pattern_fusion_pass`` only, its
+    graph counted before and after the fusion, and run (the graph itself, eagerly)."""
     from npugraph_ex.config import Config
     from npugraph_ex.passes.fuse_patterns import fuse_patterns
     from npugraph_ex.passes.patterns import canonical_spellings
@@ -115,7 +114,7 @@ def fuse(fn: Callable[..., Any], *args: Any, dynamic: bool | None = None) -> Fus
 
     with torch.no_grad():
         # AOTAutograd orders the graph's inputs as it likes: the compiled function maps them.
-        actual = torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)(*args)
+        actual = torch.compile(fn, backend=backend, fullgraph=True)(*args)
         expected = fn(*args)
     before, after = counts
     leaves = torch.utils._pytree.tree_leaves
