@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from npugraph_ex import config
 from npugraph_ex.config import Config
 from npugraph_ex.debug import once
 from npugraph_ex.debug.compile_debug import torch_debug_run
@@ -72,7 +73,9 @@ def test_torch_compile_debug_writes_into_torchs_run_folder(
 def test_the_debug_log_leaves_the_applications_logging_as_it_was(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(once, "SEEN", set())  # the one-time warning below, even if said before
+    # The one-time warning below, even if said before (the option messages keep their own set).
+    monkeypatch.setattr(once, "SEEN", set())
+    monkeypatch.setattr(config, "_logged_once", set())
     logger = logging.getLogger("npugraph_ex")
     before = (logger.level, logger.propagate, list(logger.handlers))
     with caplog.at_level(logging.INFO):

@@ -45,11 +45,15 @@ def cpu_kernel_registered() -> Iterator[None]:
     assert not has_fused_kernel(torch.device("cpu")), "this PyTorch has a CPU kernel of its own"
     library = torch.library.Library("aten", "IMPL")
     library.impl("_fused_rms_norm", fused_rms_norm_cpu, "CPU")
+    # The Python dispatcher (which tracing goes through) keeps each op's resolved kernels: one
+    # resolved while the op had only its composite form would still decompose it.
+    FUSED._dispatch_cache.clear()
     try:
         assert has_fused_kernel(torch.device("cpu"))
         yield
     finally:
         library._destroy()
+        FUSED._dispatch_cache.clear()
 
 
 @pytest.fixture
