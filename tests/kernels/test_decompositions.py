@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 import pytest
@@ -189,3 +190,35 @@ def test_a_compile_process_chooses_by_the_serving_process_s_measurements(
     )
     assert b"addmm" in compiled and b"_linear_pointwise" not in compiled
     assert host_probes.MEASURED == answers  # nothing measured in the compile process
+
+
+def attention_scores_over_a_cache(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """A cache's first step, as Hugging Face's eager attention takes it: the keys appended to
+    an empty cache (``torch.tensor([])``), then the scores against them transposed."""
+    keys = torch.cat([torch.tensor([]), key], dim=-2)
+    return torch.matmul(query, keys.transpose(-1, -2))
+
+
+@torch.no_grad()
+def test_a_cat_that_keeps_one_input_is_laid_out_as_atens_for_the_views_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The key arrives transposed (per head, from a projection); at a batch of two the product
+    # views the cat's result (as contiguous, as ATen's cat makes it), which Inductor's cat kept
+    # transposed: the re-trace failed and the key captured ATen.
+    torch._dynamo.reset()
+    fn = torch.compile(
+        attention_scores_over_a_cache,
+        backend="npugraph_ex",
+        options={"static_kernel_compile": True},
+    )
+    query = torch.randn(2, 4, 8, 16)
+    key = torch.randn(2, 8, 4, 16).transpose(1, 2)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for _ in range(2):
+            torch.testing.assert_close(
+                fn(query, key), attention_scores_over_a_cache(query, key), rtol=1e-5, atol=1e-5
+            )
+    assert [r.getMessage() for r in caplog.records] == []
+    (graph,) = npugraph_ex.stats()["graphs"][-1:]
+    assert graph["static_kernels"] in ({"compiled": 1}, {"cache_hit": 1})

@@ -20,10 +20,18 @@ Inductor itself decomposes only dot products (one row times one column) on CPU.
 The other products by a linear layer's weight go through oneDNN's linear kernel where the
 default path's pattern would take them (``passes/patterns/onednn_linear.py``, which asks the
 platform); Inductor calls it as an extern kernel (``static_compile``).
+
+A key's graph was traced with ATen's layouts, and its views were chosen by them; the re-trace must
+give every value the layout the graph expects. Inductor's ``cat`` copies the one input a ``cat``
+keeps once its empty ones are dropped (a cache's first ``cat`` onto ``torch.tensor([])``) in that
+input's layout, where ATen's ``cat`` lays it out as ``contiguous_format`` (unless every input
+suggests another): a transposed key then met a ``view`` it cannot take, and the key stayed on ATen.
+``cat_laid_out_as_aten`` gives Inductor's result ATen's layout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -109,14 +117,44 @@ PRODUCT_FORMS = {
 """Each form ``Platform.static_kernel_products`` may name: its rules for ``mm`` and ``addmm``."""
 
 
+def cat_memory_format(tensors: Sequence[torch.Tensor]) -> torch.memory_format:
+    """The layout ATen's ``cat`` gives its result: the one every input suggests, else
+    ``contiguous_format`` (empty inputs count)."""
+    from torch._prims_common import suggest_memory_format
+
+    formats = {suggest_memory_format(t) for t in tensors}
+    return formats.pop() if len(formats) == 1 else torch.contiguous_format
+
+
+def cat_laid_out_as_aten(inductors_cat: Any) -> Any:
+    """``inductors_cat``, its result laid out as ATen's ``cat`` lays it out
+    (``cat_memory_format``)."""
+
+    def cat(tensors: Sequence[torch.Tensor], dim: int = 0) -> Any:
+        result = inductors_cat(tensors, dim)
+        if result is NotImplemented:
+            return result
+        layout = cat_memory_format(tensors)
+        return (
+            result
+            if result.is_contiguous(memory_format=layout)
+            else result.contiguous(memory_format=layout)
+        )
+
+    return cat
+
+
 def static_kernel_decompositions(device_type: str = "cpu") -> dict[Any, Any]:
-    """Inductor's decomposition table, with the forms of matrix products the platform of
+    """Inductor's decomposition table, ``cat`` laid out as ATen lays it out
+    (``cat_laid_out_as_aten``), with the forms of matrix products the platform of
     ``device_type`` lists, tried in its order (on CPU: few rows as reductions on a host where a
     measurement says they pay, other products by a weight through oneDNN where
     ``onednn_linear`` takes them)."""
     from torch._inductor.decomposition import select_decomp_table
 
-    table = select_decomp_table()
+    table = dict(select_decomp_table())
+    if aten.cat.default in table:
+        table[aten.cat.default] = cat_laid_out_as_aten(table[aten.cat.default])
     forms = [PRODUCT_FORMS[form] for form in platform_for(device_type).static_kernel_products()]
     if not forms:
         return table
