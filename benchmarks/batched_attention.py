@@ -8,9 +8,13 @@ until it held the copies and re-checked with every symbol. One process, interlea
 the ATen replay (``static_kernel_compile=False``, ``dynamic=True``) with the attention fused and
 left written out (every other pattern applied to both: the attention pattern alone refuses its
 matches while that variant compiles), per model and batch, on one length; each compiled
-variant's count of fused attention kernels says whether the pattern applied.
+variant's count of fused attention kernels says whether the pattern applied. ``--kernels`` asks
+the same of the kernel tier: each key's graph lowered through Inductor
+(``static_kernel_compile=True``), where the written-out attention becomes Inductor's own loops and
+the fused one an external call.
 
     python benchmarks/batched_attention.py --batches 1,4 --length 128
+    python benchmarks/batched_attention.py --batches 4 --kernels
 """
 
 from __future__ import annotations
@@ -82,29 +86,33 @@ def attention_written_out() -> Iterator[None]:
         eager_attention.platform_for = platform_for
 
 
-def compiled_variant(model: torch.nn.Module, fused: bool, ids: torch.Tensor) -> tuple[Any, int]:
-    """The model on the ATen replay, its attention fused or written out, called once; and how
-    many fused attention kernels its graph holds."""
+def compiled_variant(
+    model: torch.nn.Module, fused: bool, kernels: bool, ids: torch.Tensor
+) -> tuple[Any, int]:
+    """The model on the ATen replay (or Inductor's kernels), its attention fused or written out,
+    called once; and how many fused attention kernels its graph holds."""
     graphs: list[torch.fx.GraphModule] = []
 
     def record(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
         graphs.append(gm)
 
-    options = {"static_kernel_compile": False, "post_grad_custom_post_pass": record}
+    options = {"static_kernel_compile": kernels, "post_grad_custom_post_pass": record}
     compiled = torch.compile(model, backend="npugraph_ex", dynamic=True, options=options)
     with contextlib.nullcontext() if fused else attention_written_out():
         compiled(input_ids=ids)
     return compiled, fused_kernels(graphs)
 
 
-def time_model(name: str, batch: int, length: int, calls: int, repeats: int) -> dict[str, Any]:
+def time_model(
+    name: str, batch: int, length: int, calls: int, repeats: int, kernels: bool
+) -> dict[str, Any]:
     torch._dynamo.reset()  # each batch compiles its own graphs (a batch of one specializes)
     model = build(name)
     ids = torch.randint(0, 1000, (batch, length), generator=torch.Generator().manual_seed(batch))
     variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(input_ids=ids)}
-    kernels = {}
+    fused_count = {}
     for label, fused in (("fused", True), ("written out", False)):
-        compiled, kernels[label] = compiled_variant(model, fused, ids)
+        compiled, fused_count[label] = compiled_variant(model, fused, kernels, ids)
         expected = model(input_ids=ids).last_hidden_state
         torch.testing.assert_close(
             compiled(input_ids=ids).last_hidden_state, expected, atol=1e-4, rtol=1e-4
@@ -118,7 +126,7 @@ def time_model(name: str, batch: int, length: int, calls: int, repeats: int) -> 
             "ms": median(t) * 1e3,
             "speedup": eager / median(t),
             "spread": spread(t),
-            "fused_attention_kernels": kernels.get(label),
+            "fused_attention_kernels": fused_count.get(label),
             "raw_s": t,
         }
         for label, t in times.items()
@@ -132,6 +140,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", default="1,4")
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--calls", type=int, default=10, help="calls per timed block")
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="each key on Inductor's kernels (static_kernel_compile=True), not the ATen replay",
+    )
     return parser.parse_args(argv)
 
 
@@ -143,9 +156,12 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.models.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 key = f"{name}, batch {batch}"
-                results[key] = time_model(name, batch, args.length, args.calls, args.repeats)
+                results[key] = time_model(
+                    name, batch, args.length, args.calls, args.repeats, args.kernels
+                )
     print(environment_line(environment()))
-    print(f"intra-op threads: {torch.get_num_threads()}, length {args.length}")
+    tier = "Inductor's kernels" if args.kernels else "the ATen replay"
+    print(f"intra-op threads: {torch.get_num_threads()}, length {args.length}, on {tier}")
     rows = [
         [
             key,
