@@ -134,12 +134,8 @@ def cat_laid_out_as_aten(inductors_cat: Any) -> Any:
         result = inductors_cat(tensors, dim)
         if result is NotImplemented:
             return result
-        layout = cat_memory_format(tensors)
-        return (
-            result
-            if result.is_contiguous(memory_format=layout)
-            else result.contiguous(memory_format=layout)
-        )
+        # No copy where the result is laid out so already.
+        return result.contiguous(memory_format=cat_memory_format(tensors))
 
     return cat
 
