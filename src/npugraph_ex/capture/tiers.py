@@ -17,7 +17,9 @@ with it and are faster (``static_kernel_compile="background"``; the graph's comp
     kernels   the kernels were at least ``background_min_gain`` times faster (or were kept by an
               earlier process): the ATen graph is released
     kept ATen the kernels were slower, disagreed, failed, or the key was not chosen
-              (``static_kernel_sym_values``): they are released, or never made
+              (``static_kernel_sym_values``): they are released, or never made; kernels that
+              were slower are tried again ``RETRIAL_SECONDS`` later (back to ``pending``, their
+              compile kept and ready: swapped in, checked and timed once more)
 
 ``TRANSITIONS`` is the whole table; every switch happens at a call boundary, inside the call
 (under the pool's lock, as any replay). ``reason`` says why a key is not on kernels.
@@ -47,6 +49,15 @@ log = logging.getLogger(__name__)
 TRIAL_CALLS = 5
 """Timed calls of each form before the faster is kept (their median)."""
 
+RETRIAL_SECONDS = (30.0, 300.0, 3000.0)
+"""After kernels lose a trial, how long the key waits before each further one; after the last,
+it keeps its ATen replay. A trial times real calls on cores the process may share with others,
+and their load can make compiled kernels look far slower than they are for a while: with a
+second process of compiles and tests on a 2-core host, Inductor's kernels timed 23.7 ms a
+call against the ATen replay's 97.6 us (its parallel regions wait for a thread the other
+process holds; the ATen replay's small ops run on one). A server's workers start, load and
+compile at once. A key whose kernels are truly slower pays a swap and five calls each time."""
+
 
 class KeyState(enum.Enum):
     """A tiered key's state; the value is what ``stats()`` counts it under."""
@@ -71,14 +82,13 @@ TRANSITIONS: dict[KeyState, frozenset[KeyState]] = {
         {S.NOT_HOT, S.PENDING, S.TRIAL, S.KERNELS, S.DISAGREE, S.FAILED, S.RELEASED}
     ),
     S.TRIAL: frozenset({S.KERNELS, S.SLOWER, S.RELEASED}),
-    **dict.fromkeys(
-        (S.KERNELS, S.NOT_CHOSEN, S.SLOWER, S.DISAGREE, S.FAILED), frozenset({S.RELEASED})
-    ),
+    S.SLOWER: frozenset({S.PENDING, S.RELEASED}),  # tried again (``RETRIAL_SECONDS``)
+    **dict.fromkeys((S.KERNELS, S.NOT_CHOSEN, S.DISAGREE, S.FAILED), frozenset({S.RELEASED})),
     S.RELEASED: frozenset(),
 }
 """Each state and the states a key may move to from it."""
-SETTLED = frozenset(s for s, moves in TRANSITIONS.items() if moves <= {S.RELEASED})
-"""States a key keeps until it is released."""
+SETTLED = frozenset(s for s, moves in TRANSITIONS.items() if moves <= {S.RELEASED}) | {S.SLOWER}
+"""States a key keeps until it is released, or, kept slower, until its next trial is due."""
 
 
 class TieredGraph(CapturedGraph):
@@ -115,6 +125,10 @@ class TieredGraph(CapturedGraph):
         self.compile: Compile | None = None
         self.kernels: CapturedGraph | None = None
         self.times: dict[str, list[float]] = {"kernels": [], "aten": []}
+        self.lost_trials = 0
+        """Trials its kernels lost so far."""
+        self.retrial_at: float | None = None
+        """When kernels kept slower are tried again (``time.monotonic``); None: never."""
         if not tier.wants(args):
             self.move(KeyState.NOT_CHOSEN, "static_kernel_sym_values leaves it out")
         else:
@@ -148,6 +162,9 @@ class TieredGraph(CapturedGraph):
             return f"on trial: {done} of {TRIAL_CALLS} timed calls of each form"
         if self.state is KeyState.KERNELS:
             return "on kernels"
+        if self.retrial_at is not None:
+            due = max(0.0, self.retrial_at - time.monotonic())
+            return f"{self.state.value}: {self.detail}; tried again in {due:.0f} s"
         return f"{self.state.value}: {self.detail}" if self.detail else self.state.value
 
     @property
@@ -171,6 +188,8 @@ class TieredGraph(CapturedGraph):
         return self.current.replay_on(args)
 
     def step(self) -> list[Any]:
+        if self.retrial_at is not None and time.monotonic() >= self.retrial_at:
+            self.retry()
         if self.state is KeyState.PENDING:
             return self.pending()
         if self.state is KeyState.TRIAL:
@@ -280,6 +299,14 @@ class TieredGraph(CapturedGraph):
             self.decide(statistics.median(kernels), statistics.median(aten))
         return outputs
 
+    def retry(self) -> None:
+        """Kernels that lost a trial, tried again (``RETRIAL_SECONDS``): their compile is
+        ready, so this call swaps them in, checked, and the calls after it time them afresh."""
+        self.retrial_at = None
+        self.times = {"kernels": [], "aten": []}
+        self.move(KeyState.PENDING)
+        log.debug("%s: kernels slower in trial %d; tried again", self.name, self.lost_trials)
+
     def use_kernels(self) -> None:
         self.aten.release()
         self.current = self.kernels
@@ -297,6 +324,9 @@ class TieredGraph(CapturedGraph):
             )
             return
         detail = f"{kernels * 1e6:.1f} us a call against {aten * 1e6:.1f} us"
+        if self.lost_trials < len(RETRIAL_SECONDS):
+            self.retrial_at = time.monotonic() + RETRIAL_SECONDS[self.lost_trials]
+        self.lost_trials += 1
         self.keep_aten(KeyState.SLOWER, detail)
 
     def keep_aten(self, state: KeyState, detail: str) -> None:
@@ -306,14 +336,16 @@ class TieredGraph(CapturedGraph):
         self.current = self.aten
         self.move(state, detail)
         why = state.value.removeprefix("aten kept: ")
+        later = "" if self.retrial_at is None else " and tries the kernels again later"
         log_once(
             log,
             logging.WARNING if state in (KeyState.FAILED, KeyState.DISAGREE) else logging.INFO,
             ("background", self.number, why),
-            "npugraph_ex: %s: background kernels %s (%s); the key keeps its ATen replay",
+            "npugraph_ex: %s: background kernels %s (%s); the key keeps its ATen replay%s",
             self.name,
             why,
             detail,
+            later,
         )
 
     def release(self) -> None:
@@ -321,6 +353,7 @@ class TieredGraph(CapturedGraph):
             self.kernels.release()
         self.aten.release()
         self.kernels = None
+        self.retrial_at = None
         self.move(KeyState.RELEASED)
 
     @property
