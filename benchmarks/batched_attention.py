@@ -11,18 +11,27 @@ matches while that variant compiles), per model and batch, on one length; each c
 variant's count of fused attention kernels says whether the pattern applied. ``--kernels`` asks
 the same of the kernel tier: each key's graph lowered through Inductor
 (``static_kernel_compile=True``), where the written-out attention becomes Inductor's own loops and
-the fused one an external call.
+the fused one an external call. ``--per-process`` measures as a user meets it: each model, batch
+and form in a fresh process with a fresh Inductor cache folder, timed against eager in that
+process (the default run has both forms compiled in one process).
 
     python benchmarks/batched_attention.py --batches 1,4 --length 128
     python benchmarks/batched_attention.py --batches 4 --kernels
+    python benchmarks/batched_attention.py --batches 4 --per-process
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -103,16 +112,20 @@ def compiled_variant(
     return compiled, fused_kernels(graphs)
 
 
+FORMS = {"fused": True, "written out": False}
+"""Each compiled form: whether its attention is fused."""
+
+
 def time_model(
-    name: str, batch: int, length: int, calls: int, repeats: int, kernels: bool
+    name: str, batch: int, length: int, calls: int, repeats: int, kernels: bool, forms: list[str]
 ) -> dict[str, Any]:
     torch._dynamo.reset()  # each batch compiles its own graphs (a batch of one specializes)
     model = build(name)
     ids = torch.randint(0, 1000, (batch, length), generator=torch.Generator().manual_seed(batch))
     variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(input_ids=ids)}
     fused_count = {}
-    for label, fused in (("fused", True), ("written out", False)):
-        compiled, fused_count[label] = compiled_variant(model, fused, kernels, ids)
+    for label in forms:
+        compiled, fused_count[label] = compiled_variant(model, FORMS[label], kernels, ids)
         expected = model(input_ids=ids).last_hidden_state
         torch.testing.assert_close(
             compiled(input_ids=ids).last_hidden_state, expected, atol=1e-4, rtol=1e-4
@@ -145,23 +158,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="each key on Inductor's kernels (static_kernel_compile=True), not the ATen replay",
     )
+    parser.add_argument("--forms", default=",".join(FORMS), help="compiled forms, in one process")
+    parser.add_argument(
+        "--per-process",
+        action="store_true",
+        help="each model, batch and form in a fresh process and Inductor cache, against eager",
+    )
     return parser.parse_args(argv)
+
+
+def in_fresh_process(args: argparse.Namespace, name: str, batch: int, form: str) -> dict[str, Any]:
+    """One model, batch and form timed against eager in a fresh process with a fresh Inductor
+    cache folder: the results of its record, the eager row named for the form's process."""
+    with tempfile.TemporaryDirectory(prefix="npugraph_ex_attention_") as folder:
+        out = Path(folder) / "record.json"
+        command = [sys.executable, __file__, "--models", name, "--batches", str(batch)]
+        command += ["--forms", form, "--out", str(out), "--length", str(args.length)]
+        command += ["--calls", str(args.calls), "--repeats", str(args.repeats)]
+        command += ["--kernels"] if args.kernels else []
+        command += ["--threads", str(args.threads)] if args.threads else []
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "inductor")}
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        (timed,) = json.loads(out.read_text())["results"].values()
+    return {f"eager ({form}'s process)": timed["eager"], form: timed[form]}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     apply_threads(args.threads)
     results: dict[str, Any] = {}
+    forms = args.forms.split(",")
     with torch.no_grad():
         for name in args.models.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 key = f"{name}, batch {batch}"
+                if args.per_process:
+                    results[key] = {}
+                    for form in forms:
+                        results[key].update(in_fresh_process(args, name, batch, form))
+                    continue
                 results[key] = time_model(
-                    name, batch, args.length, args.calls, args.repeats, args.kernels
+                    name, batch, args.length, args.calls, args.repeats, args.kernels, forms
                 )
     print(environment_line(environment()))
     tier = "Inductor's kernels" if args.kernels else "the ATen replay"
-    print(f"intra-op threads: {torch.get_num_threads()}, length {args.length}, on {tier}")
+    where = "each form in a fresh process" if args.per_process else "one process"
+    print(f"intra-op threads: {torch.get_num_threads()}, length {args.length}, on {tier}, {where}")
     rows = [
         [
             key,
