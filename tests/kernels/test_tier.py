@@ -125,11 +125,20 @@ def test_kernels_that_disagree_with_the_aten_replay_never_serve(
     assert "the key keeps its ATen replay" in said
 
 
-def the_key(before: set[int]) -> tiers.TieredGraph:
-    """The one tiered key of the one graph compiled since ``before``."""
+SLOWER = r"aten kept: slower: [\d.]+ us a call against [\d.]+ us"
+
+
+def losing_key() -> tuple[Any, torch.nn.Module, tiers.TieredGraph]:
+    """A compiled model, called once, whose key's kernels lose every trial (they must be 1e9
+    times faster), and the model and the key."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    before = live_graph_numbers()
+    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 1e9})
+    fn(torch.randn(4, 16))
     (manager,) = managers_since(before)
     (entry,) = manager.entries.values()
-    return entry.graph
+    return fn, model, entry.graph
 
 
 def call_until(fn: Any, model: torch.nn.Module, key: tiers.TieredGraph, state: KeyState) -> None:
@@ -150,16 +159,10 @@ def test_kernels_that_lost_their_trial_win_a_later_one_once_the_host_is_quiet(
     # are (23.7 ms against 97.6 us); here they lose by the bar, which is then lowered: the
     # host's other load gone. The key tries them again and keeps them.
     monkeypatch.setattr(tiers, "RETRIAL_SECONDS", (0.5, 0.5))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
-    before = live_graph_numbers()
-    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 1e9})
-    fn(torch.randn(4, 16))
-    key = the_key(before)
+    fn, model, key = losing_key()
     with caplog.at_level(logging.INFO, logger="npugraph_ex"):
         call_until(fn, model, key, KeyState.SLOWER)
-    slower = r"aten kept: slower: [\d.]+ us a call against [\d.]+ us"
-    assert re.fullmatch(slower + "; tried again in 0 s", key_reason()), key_reason()
+    assert re.fullmatch(SLOWER + "; tried again in 0 s", key_reason()), key_reason()
     (said,) = [r.getMessage() for r in caplog.records if "slower" in r.getMessage()]
     assert said.endswith("the key keeps its ATen replay and tries the kernels again later")
     # The load passed: the bar lowered to nothing (in the whole suite these kernels once timed
@@ -177,12 +180,7 @@ def test_kernels_slower_in_every_trial_leave_the_key_on_aten_for_good(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(tiers, "RETRIAL_SECONDS", (0.2, 0.2))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
-    before = live_graph_numbers()
-    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 1e9})
-    fn(torch.randn(4, 16))
-    key = the_key(before)
+    fn, model, key = losing_key()
     states = []
     deadline = time.monotonic() + SETTLE_SECONDS
     while key.lost_trials < 3 or key.state is not KeyState.SLOWER:
@@ -198,7 +196,7 @@ def test_kernels_slower_in_every_trial_leave_the_key_on_aten_for_good(
     for _ in range(30):  # no fourth trial
         fn(torch.randn(4, 16))
     assert key.lost_trials == 3 and key.state is KeyState.SLOWER
-    assert re.fullmatch(r"aten kept: slower: [\d.]+ us a call against [\d.]+ us", key_reason())
+    assert re.fullmatch(SLOWER, key_reason()), key_reason()
 
 
 @torch.no_grad()
