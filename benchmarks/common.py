@@ -62,6 +62,7 @@ __all__ = [
     "live_graph_numbers",
     "manager_arguments",
     "median",
+    "qwen3_token_forward",
     "package_version",
     "scaled",
     "settings_of",
@@ -193,6 +194,19 @@ def kernels_per_replay(summary: dict[str, Any], graph: Any) -> int | None:
     if len(counts) == 1:
         return counts[0]
     return getattr(graph, "kernel_count", None)
+
+
+def qwen3_token_forward() -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The tiny Qwen3's one-token forward without a cache (random weights, eval mode), as a
+    function of the token ids, and one token's ids."""
+    from transformers import AutoModelForCausalLM
+
+    from npugraph_ex.bench.presets import qwen3_config
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, 1))
+    return lambda ids: model(ids, use_cache=False).logits, (ids,)
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, repeats: int) -> None:

@@ -34,18 +34,13 @@ FORMS = {
 
 def workload(name: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     import torch
+    from common import qwen3_token_forward
 
+    if name != "mlp":
+        return qwen3_token_forward()
     torch.manual_seed(0)
-    if name == "mlp":
-        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()
-        return model, (torch.randn(4, 16),)
-    from transformers import AutoModelForCausalLM
-
-    from npugraph_ex.bench.presets import qwen3_config
-
-    qwen3 = AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()
-    ids = torch.randint(0, qwen3.config.vocab_size, (1, 1))
-    return (lambda ids: qwen3(ids, use_cache=False).logits), (ids,)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()
+    return model, (torch.randn(4, 16),)
 
 
 def measure(name: str, threads: int, calls: int) -> dict[str, dict[str, float]]:

@@ -33,11 +33,9 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
 
     torch.manual_seed(0)
     if name == "qwen3-token":
-        from npugraph_ex.bench.presets import qwen3_config
+        from common import qwen3_token_forward
 
-        model = transformers.AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()
-        ids = torch.randint(0, model.config.vocab_size, (1, 1))
-        return lambda ids: model(ids, use_cache=False).logits, (ids,)
+        return qwen3_token_forward()
     if name == "efficientnet":
         # B0 (the config's defaults are B7's: 600 x 600, twice as wide, three times as deep).
         config = transformers.EfficientNetConfig(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,32 +33,21 @@ LIMIT_S = 600.0
 
 def timed_rounds(calls: dict[str, Any], rounds: int, per_round: int) -> dict[str, float]:
     """Median seconds a call of each of ``calls``, interleaved round by round."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            started = time.perf_counter()
-            for _ in range(per_round):
-                call()
-            times[name].append((time.perf_counter() - started) / per_round)
-    return {name: statistics.median(t) for name, t in times.items()}
+    from common import interleaved, median, time_calls
+
+    blocks = {name: lambda call=call: time_calls(call, per_round) for name, call in calls.items()}
+    return {name: median(t) for name, t in interleaved(blocks, rounds).items()}
 
 
 def measure(co_tenants: int) -> dict[str, Any]:
     """In this process: the key's decision under load, its calls after, and after a re-trial."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from common import qwen3_token_forward
 
     from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
-    from npugraph_ex.bench.presets import qwen3_config
     from npugraph_ex.capture.tiers import SETTLED, KeyState
 
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(qwen3_config("tiny")).eval()
-    ids = torch.randint(0, model.config.vocab_size, (1, 1))
-
-    def forward(ids: torch.Tensor) -> torch.Tensor:
-        return model(ids, use_cache=False).logits
-
+    forward, (ids,) = qwen3_token_forward()
     before = live_graph_numbers()
     fn = torch.compile(forward, backend="npugraph_ex", dynamic=False)
     result: dict[str, Any] = {"co_tenants": co_tenants}
