@@ -34,7 +34,7 @@ from npugraph_ex.bench.environment import (
 )
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.bench.plotting import PALETTE, Panel
-from npugraph_ex.bench.presets import QWEN3_PRESETS
+from npugraph_ex.bench.presets import QWEN3_MODELS, QWEN3_PRESETS
 from npugraph_ex.bench.records import run_record
 from npugraph_ex.bench.records import write_json as write_record
 from npugraph_ex.bench.tables import cell_text, format_table
@@ -43,6 +43,7 @@ from npugraph_ex.capture.inputs import refresh
 
 __all__ = [
     "PALETTE",
+    "QWEN3_MODELS",
     "QWEN3_PRESETS",
     "Block",
     "Panel",

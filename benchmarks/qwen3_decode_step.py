@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 from common import (
+    QWEN3_MODELS,
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
@@ -181,12 +182,13 @@ class Bench:
             options=without_module_guards(NO_PASSES),
         )
 
-    def new_cache(self) -> StaticCache:
-        """A static cache, initialised up front as a prefill would, so the step has one graph."""
+    def new_cache(self, batch: int = 1) -> StaticCache:
+        """A static cache of ``batch`` sequences, initialised up front as a prefill would, so the
+        step has one graph."""
         cfg = self.config
         cache = StaticCache(config=cfg, max_cache_len=self.max_cache_len)
         cache.early_initialization(
-            1, cfg.num_key_value_heads, cfg.head_dim, self.model.dtype, torch.device("cpu")
+            batch, cfg.num_key_value_heads, cfg.head_dim, self.model.dtype, torch.device("cpu")
         )
         return cache
 
@@ -204,7 +206,8 @@ def build(
     config_class, model_class = FAMILIES[family]
     positions = max(max_cache_len, 512)
     config = config_class(
-        **QWEN3_PRESETS[preset], max_position_embeddings=positions, attn_implementation=attn
+        **{**QWEN3_MODELS[preset], "max_position_embeddings": positions},
+        attn_implementation=attn,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -290,9 +293,12 @@ def compare_dynamo_alone(bench: Bench, numerics: Numerics) -> None:
     numerics.result["no_fusion_vs_dynamo_eager"] = compare(dynamo_logits, numerics.unfused_logits)
 
 
-def step_block(fn: Callable[..., Any], cache: StaticCache, steps: int) -> Callable[[], float]:
-    """One timed block: ``steps`` decode steps from an empty cache; seconds per step."""
-    ids = torch.tensor([[1]])
+def step_block(
+    fn: Callable[..., Any], cache: StaticCache, steps: int, batch: int = 1
+) -> Callable[[], float]:
+    """One timed block: ``steps`` decode steps of ``batch`` sequences from an empty cache;
+    seconds per step."""
+    ids = torch.ones(batch, 1, dtype=torch.long)
     positions = [torch.tensor([p]) for p in range(steps)]
 
     def block() -> float:

@@ -15,15 +15,27 @@ come from memory, as in a model whose weights do not fit the CPU caches; ``--evi
 them warm instead. The ratio per shape shows where the split starts to pay; the CPU platform's
 ``SPLIT_MIN_WEIGHT_ELEMENTS`` (``npugraph_ex/runtime/cpu/platform.py``) is set from it.
 
+With ``--reduction``, the same question for the static kernels' multiply-and-sum
+(``npugraph_ex/kernels/decompositions.py``), which Inductor compiles into a loop over the weight's
+rows that it runs in a parallel region: ``--count`` products of ``--rows`` rows by distinct
+weights of each shape, as ``F.linear``, eager and compiled with ``static_kernel_compile=True``
+twice, once with every product a reduction and once with none (the product is then Inductor's
+call of ATen's ``mm``, or from 4 rows oneDNN's linear where the host probe says it pays). The CPU
+platform's ``REDUCTION_LARGE_WEIGHT_ELEMENTS`` is set from it.
+
 With ``--decode PRESET``, the same question on a whole decode step (``qwen3_decode_step.py``'s,
-``--family`` as there): the step compiled once per smallest weight split (``--thresholds``;
-``none`` splits nothing), each its own code object and so its own graph, timed side by side with
-eager in one interleaved loop.
+``--family`` as there, ``--batch`` sequences): the step compiled once per smallest weight split
+(``--thresholds``; ``none`` splits nothing), or with ``--reduction`` once per rule of
+``REDUCTION_RULES`` on static kernels, each its own code object and so its own graph, timed side
+by side with eager in one interleaved loop.
 
     python benchmarks/split_by_weight_size.py
     python benchmarks/split_by_weight_size.py --evict-mb 0
+    python benchmarks/split_by_weight_size.py --reduction --rows 1 --evict-mb 0
+    python benchmarks/split_by_weight_size.py --reduction --rows 8 --shapes 1024x1024 3072x1024
     python benchmarks/split_by_weight_size.py --decode micro
     python benchmarks/split_by_weight_size.py --decode tiny --family qwen2
+    python benchmarks/split_by_weight_size.py --decode tiny --reduction --batch 8
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ from typing import Any
 
 import torch
 from common import (
-    QWEN3_PRESETS,
+    QWEN3_MODELS,
     add_common_args,
     apply_threads,
     environment,
@@ -58,11 +70,18 @@ SHAPES = ((64, 64), (128, 64), (128, 128), (128, 256), (256, 128), (256, 256), (
 SHAPES += ((256, 512), (1024, 256), (512, 512), (4096, 256))
 """Weight shapes ``(N, K)``: the micro and tiny Qwen3 presets' layer sizes and a few more."""
 
+Blocks = dict[str, Callable[[], Any]]
+"""Timed blocks by name."""
 
-def product_blocks(rows: int, depth: int, count: int) -> dict[str, Callable[[], Any]]:
-    """The ``count`` one-row products by weights of ``rows x depth``, unsplit and split."""
+FRESH_STATIC_KERNELS = {"static_kernel_compile": True, "disable_static_kernel_compile_cache": True}
+"""Static kernels compiled in this process, none taken from the kernel cache (which a compile of
+the same graph under another rule may have filled)."""
+
+
+def product_blocks(rows: int, depth: int, args: argparse.Namespace) -> Blocks:
+    """The ``args.count`` one-row products by weights of ``rows x depth``, unsplit and split."""
     parts = torch.get_num_threads()
-    weights = [torch.randn(rows, depth) for _ in range(count)]
+    weights = [torch.randn(rows, depth) for _ in range(args.count)]
     x = torch.randn(1, depth)
     outs = [torch.empty(1, rows) for _ in weights]
     split_outs = [torch.empty(parts, rows // parts, 1) for _ in weights]
@@ -82,8 +101,36 @@ def product_blocks(rows: int, depth: int, count: int) -> dict[str, Callable[[], 
     return {"mm": unsplit, "split": split}
 
 
+def reduction_blocks(
+    rows: int, depth: int, args: argparse.Namespace
+) -> dict[str, Callable[[], Any]]:
+    """``args.count`` products of ``args.rows`` rows by weights of ``rows x depth``, eager and on
+    static kernels with and without the multiply-and-sum."""
+    weights = [torch.randn(rows, depth) for _ in range(args.count)]
+    x = torch.randn(args.rows, depth)
+
+    def products(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.nn.functional.linear(x, w) for w in weights]
+
+    blocks: dict[str, Callable[[], Any]] = {"eager": lambda: products(x)}
+    rules = (cpu_platform.REDUCTION_MAX_ROWS, cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS)
+    try:
+        for name, most_rows in (("kernels, no reduction", 0), ("kernels, reduction", args.rows)):
+            cpu_platform.REDUCTION_MAX_ROWS = most_rows
+            cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS = float("inf")
+            step = own_code_object(products, f"{name} {rows} {depth}")
+            compiled = torch.compile(
+                step, backend="npugraph_ex", dynamic=False, options=FRESH_STATIC_KERNELS
+            )
+            compiled(x)  # compiled under this rule
+            blocks[name] = lambda compiled=compiled: compiled(x)
+    finally:
+        cpu_platform.REDUCTION_MAX_ROWS, cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS = rules
+    return blocks
+
+
 def run_shape(rows: int, depth: int, args: argparse.Namespace) -> dict[str, Any]:
-    fns = product_blocks(rows, depth, args.count)
+    fns = (reduction_blocks if args.reduction else product_blocks)(rows, depth, args)
     evict = cache_evictor(args.evict_mb)
 
     def block(fn: Callable[[], Any]) -> float:
@@ -103,23 +150,56 @@ def run_shape(rows: int, depth: int, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+REDUCTION_RULES = {
+    "kernels, no reduction": {"REDUCTION_MAX_ROWS": 0},
+    "kernels, reduced up to 8 rows": {"REDUCTION_LARGE_WEIGHT_ELEMENTS": float("inf")},
+    "kernels, platform's rule": {},
+}
+"""``--decode --reduction``: the CPU platform's settings each variant compiles under."""
+
+
+def decode_variants(args: argparse.Namespace) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each compiled variant of ``--decode``: the CPU platform's settings and the options it
+    compiles with."""
+    if args.reduction:
+        return {
+            name: (settings, FRESH_STATIC_KERNELS) for name, settings in REDUCTION_RULES.items()
+        }
+    return {
+        ("split none" if t is None else f"split >= {t}"): (
+            {"SPLIT_MIN_WEIGHT_ELEMENTS": float("inf") if t is None else t},
+            {},
+        )
+        for t in args.thresholds
+    }
+
+
 def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
-    """The decode step in eager mode and compiled at each threshold, timed interleaved."""
-    bench = build(args.decode, max_cache_len=128, seed=0, family=args.family)
-    blocks = {"eager": step_block(bench.step, bench.new_cache(), args.steps)}
-    for threshold in args.thresholds:
-        name = "split none" if threshold is None else f"split >= {threshold}"
-        cpu_platform.SPLIT_MIN_WEIGHT_ELEMENTS = float("inf") if threshold is None else threshold
-        step = own_code_object(bench.step, name)
-        compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True)
-        cache = bench.new_cache()
-        compiled(torch.tensor([[1]]), torch.tensor([0]), cache)  # compiled at this threshold
-        blocks[name] = step_block(compiled, cache, args.steps)
+    """The decode step in eager mode and compiled under each variant, timed interleaved."""
+    bench = build(args.decode, max_cache_len=128, seed=0, family=args.family, dtype=args.dtype)
+    batch = args.batch
+    blocks = {"eager": step_block(bench.step, bench.new_cache(batch), args.steps, batch)}
+    ids, position = torch.ones(batch, 1, dtype=torch.long), torch.tensor([0])
+    for name, (settings, options) in decode_variants(args).items():
+        before = {attribute: getattr(cpu_platform, attribute) for attribute in settings}
+        try:
+            for attribute, value in settings.items():
+                setattr(cpu_platform, attribute, value)
+            step = own_code_object(bench.step, name)
+            compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True, options=options)
+            cache = bench.new_cache(batch)
+            compiled(ids, position, cache)  # compiled under these settings
+        finally:
+            for attribute, value in before.items():
+                setattr(cpu_platform, attribute, value)
+        blocks[name] = step_block(compiled, cache, args.steps, batch)
     times = interleaved(blocks, args.repeats, warmup=2)
     eager = median(times["eager"])
     return {
         "preset": args.decode,
         "family": args.family,
+        "dtype": args.dtype,
+        "batch": batch,
         "median_ms": {name: round(median(ts) * 1e3, 4) for name, ts in times.items()},
         "speed_up": {name: round(eager / median(ts), 3) for name, ts in times.items()},
         "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
@@ -129,7 +209,7 @@ def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
 
 def own_code_object(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``fn`` with a code object of its own, so that Dynamo compiles it apart from ``fn``."""
-    code = fn.__code__.replace(co_name=name.replace(" ", "_").replace(">=", "from"))
+    code = fn.__code__.replace(co_name="".join(c if c.isalnum() else "_" for c in name))
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
 
 
@@ -137,14 +217,19 @@ def report_steps(result: dict[str, Any], args: argparse.Namespace) -> None:
     print()
     print(environment_line(environment()))
     print(
-        f"{args.family} {args.decode} decode step, {args.steps} steps per block; median of "
-        f"{args.repeats} interleaved repeats"
+        f"{args.family} {args.decode} decode step, {args.dtype}, batch {args.batch}, "
+        f"{args.steps} steps per block; median of {args.repeats} interleaved repeats"
     )
     rows = [
         [name, ms, f"{result['speed_up'][name]:.2f}x", f"{result['spread'][name]:.0%}"]
         for name, ms in result["median_ms"].items()
     ]
     print(format_table(["variant", "ms per step", "speed-up", "spread"], rows))
+
+
+def weight_shape(text: str) -> tuple[int, int]:
+    rows, depth = text.split("x")
+    return int(rows), int(depth)
 
 
 def threshold(text: str) -> int | None:
@@ -168,17 +253,19 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(environment_line(environment()))
     print(
-        f"{args.count} weights per shape, one row each, {torch.get_num_threads()} blocks, "
+        f"{args.count} weights per shape, {args.rows if args.reduction else 1} row(s) each, "
+        f"{torch.get_num_threads()} threads, "
         f"{args.evict_mb} MB copied before each block; median of {args.repeats} interleaved repeats"
     )
+    base, *forms = results[0]["per_product_us"]
     rows = []
     for r in results:
         us = r["per_product_us"]
         n, k = r["shape"]
-        rows.append(
-            [f"{n} x {k}", r["elements"], us["mm"], us["split"], f"{us['mm'] / us['split']:.2f}x"]
-        )
-    print(format_table(["weight", "elements", "mm us", "split us", "mm / split"], rows))
+        ratios = [f"{us[base] / us[form]:.2f}x" for form in forms]
+        rows.append([f"{n} x {k}", r["elements"], us[base], *(us[f] for f in forms), *ratios])
+    header = ["weight", "elements", *(f"{f} us" for f in (base, *forms))]
+    print(format_table(header + [f"{base} / {f}" for f in forms], rows))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,7 +275,14 @@ def main(argv: list[str] | None = None) -> None:
         "--evict-mb", type=int, default=64, help="MB copied before each timed block (0: none)"
     )
     parser.add_argument(
-        "--decode", choices=list(QWEN3_PRESETS), help="time this preset's decode step instead"
+        "--reduction", action="store_true", help="time the static kernels' multiply-and-sum"
+    )
+    parser.add_argument("--rows", type=int, default=1, help="--reduction: rows of each product")
+    parser.add_argument(
+        "--shapes", type=weight_shape, nargs="+", default=list(SHAPES), help="weights, as NxK"
+    )
+    parser.add_argument(
+        "--decode", choices=list(QWEN3_MODELS), help="time this model's decode step instead"
     )
     parser.add_argument("--family", choices=list(FAMILIES), default="qwen3")
     parser.add_argument(
@@ -199,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         help="--decode: smallest weights split, in elements (none: split nothing)",
     )
     parser.add_argument("--steps", type=int, default=64, help="--decode: steps per timed block")
+    parser.add_argument("--batch", type=int, default=1, help="--decode: sequences per step")
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="--decode"
+    )
     add_common_args(parser, NAME, repeats=40)
     args = parser.parse_args(argv)
     apply_threads(args.threads)
@@ -210,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
         report_steps(result, args)
         write_json(args.out, NAME, settings_of(args), result)
         return
-    shapes = [s for s in SHAPES if s[0] % torch.get_num_threads() == 0]
+    shapes = [s for s in args.shapes if s[0] % torch.get_num_threads() == 0]
     with torch.no_grad():
         results = [run_shape(rows, depth, args) for rows, depth in shapes]
     report(results, args)

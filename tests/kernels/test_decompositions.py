@@ -16,7 +16,9 @@ from npugraph_ex.kernels.decompositions import few_rows_times_matrix, few_rows_t
 from npugraph_ex.kernels.static_compile import specialise
 from npugraph_ex.passes.patterns import onednn_linear
 from npugraph_ex.runtime.cpu import probes as host_probes
+from npugraph_ex.runtime.cpu.platform import REDUCTION_LARGE_WEIGHT_ELEMENTS as LARGE_WEIGHT
 from npugraph_ex.runtime.cpu.platform import REDUCTION_MAX_ROWS as MAX_ROWS
+from npugraph_ex.runtime.cpu.platform import REDUCTION_MAX_ROWS_LARGE_WEIGHT as MAX_ROWS_LARGE
 
 aten = torch.ops.aten
 
@@ -150,6 +152,22 @@ def test_few_rows_stay_a_reduction_where_onednn_would_take_them(monkeypatch) -> 
     x, w, b = torch.randn(MAX_ROWS, 128), torch.randn(*ONEDNN_WEIGHT), torch.randn(512)
     ops = specialised_ops(linear_graph(False), x, w, b)
     assert ops["aten.sum"] == 1 and ops["mkldnn._linear_pointwise"] == 0
+
+
+def test_a_weight_the_caches_cannot_keep_becomes_a_reduction_at_fewer_rows(monkeypatch) -> None:  # noqa: ANN001
+    # The reduction reads the weight once per row, oneDNN's linear once: from memory, the
+    # reduction loses from 4 rows on (runtime/cpu/platform.py, REDUCTION_LARGE_WEIGHT_ELEMENTS).
+    monkeypatch.setattr(host_probes, "linear_pays", lambda rows=None: True)
+    large, under = torch.empty(LARGE_WEIGHT // 256, 256), torch.empty(LARGE_WEIGHT // 256 - 1, 256)
+    for rows, w, reduced in (
+        (MAX_ROWS_LARGE, large, True),
+        (MAX_ROWS_LARGE + 1, large, False),
+        (MAX_ROWS, large, False),
+        (MAX_ROWS, under, True),
+    ):
+        ops = specialised_ops(linear_graph(False), torch.randn(rows, 256), w, torch.empty(1))
+        product = ops["mkldnn._linear_pointwise"] + ops["aten.mm"]  # oneDNN from 4 rows on
+        assert (ops["aten.sum"], product) == ((1, 0) if reduced else (0, 1)), (rows, w.shape)
 
 
 @torch.no_grad()

@@ -106,6 +106,11 @@ def test_the_cpu_reduces_few_rows_in_static_kernels_where_the_host_pays(
     assert cpu.reduction_pays(Product(rows, 32, 64, torch.float64))
     assert cpu.reduction_pays(Product(1, 32, 64, torch.bfloat16))
     assert not cpu.reduction_pays(Product(rows + 1, 32, 64, torch.float32))
+    large = cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS // 1024  # columns by 1024 deep
+    most = cpu_platform.REDUCTION_MAX_ROWS_LARGE_WEIGHT
+    assert cpu.reduction_pays(Product(most, large, 1024, torch.float32))
+    assert not cpu.reduction_pays(Product(most + 1, large, 1024, torch.float32))
+    assert cpu.reduction_pays(Product(rows, large - 1, 1024, torch.float32))
     assert not cpu.reduction_pays(Product(1, 32, 64, torch.int64))
     # The probe answers per dtype: ATen's float16 ``mm`` may stream the weight where its
     # bfloat16 one does not.

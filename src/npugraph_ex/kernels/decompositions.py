@@ -12,7 +12,9 @@ ATen's CPU ``mm`` reads the weight of a one-row product at a fraction of the spe
 reduction does (``benchmarks/decode_floor.py``). ``benchmarks/few_row_products.py`` measures the
 reduction against ATen's and Inductor's ``mm`` by row count: on the reference machine the
 reduction is 3.8x faster than ATen's ``mm`` at one row, 2.4x at 8, 1.4x at 20 and even at 36, so
-the rule stops at 8, well inside the range where it wins. Where ATen's ``mm`` already reads the
+the rule stops at 8, well inside the range where it wins. The reduction reads the weight once
+per row, the product once: a weight too large for the caches is reduced at 2 rows at most
+(``REDUCTION_LARGE_WEIGHT_ELEMENTS``). Where ATen's ``mm`` already reads the
 weight at about the speed of a plain reduction, the rule buys nothing: it applies on hosts where
 a measurement says it pays (``runtime/cpu/probes.py``, once per process).
 Inductor itself decomposes only dot products (one row times one column) on CPU.

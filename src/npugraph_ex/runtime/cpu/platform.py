@@ -62,9 +62,26 @@ LINEAR_ROW_COUNTS: set[int] = set()
 """The row counts given to oneDNN in this process so far."""
 
 REDUCTION_MAX_ROWS = 8
-"""Most rows a static kernel's product may have to become a reduction: on the reference machine
-the reduction is 3.8x faster than ATen's ``mm`` at one row, 2.4x at 8, 1.4x at 20 and even at 36
-(``benchmarks/few_row_products.py``), so the rule stops well inside the range where it wins."""
+"""Most rows a static kernel's product by a weight of under ``REDUCTION_LARGE_WEIGHT_ELEMENTS``
+may have to become a reduction: on the reference machine the reduction is 3.8x faster than ATen's
+``mm`` at one row, 2.4x at 8, 1.4x at 20 and even at 36 (``benchmarks/few_row_products.py``, the
+tiny Qwen3's products), so the rule stops well inside the range where it wins."""
+
+REDUCTION_LARGE_WEIGHT_ELEMENTS = 1024 * 1024
+"""Smallest weight (4 MiB of float32, more than the CPU caches keep between calls) that becomes a
+reduction at ``REDUCTION_MAX_ROWS_LARGE_WEIGHT`` rows at most. Inductor's reduction reads such a
+weight from memory once per row, where the product it replaces (Inductor's ``mm``, or oneDNN's
+linear from 4 rows) reads it once: ``python benchmarks/split_by_weight_size.py --reduction --rows
+R --count 8 --shapes ...`` times 8 products of a weight on static kernels with and without the
+reduction. With it, weights of 1M to 3M elements ran at 1.7x-2.9x the speed at 1 row, 1.8x-4.2x
+at 2, 0.70x-1.07x at 4 and 0.36x-0.70x at 8; weights of 128K-512K at 1.35x-1.69x at 4 rows and
+0.92x-1.41x at 8. Qwen3-0.6B's decode step at batch 8 (every weight from 1M elements): 1.96x
+eager with this rule, 1.03x with every product reduced (``--decode qwen3-0.6b --reduction --batch
+8``)."""
+
+REDUCTION_MAX_ROWS_LARGE_WEIGHT = 2
+"""Most rows a product by a weight of ``REDUCTION_LARGE_WEIGHT_ELEMENTS`` or more may have to
+become a reduction."""
 
 REDUCTION_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 """Dtypes whose few-row products may become reductions (half precision summed in float32, as
@@ -86,6 +103,15 @@ def linear_takes_rows(rows: int) -> bool:
             return False
         LINEAR_ROW_COUNTS.add(rows)
     return True
+
+
+def reduction_max_rows(weight_elements: int) -> int:
+    """Most rows a static kernel's product by a weight of this size may have to become a
+    reduction: ``REDUCTION_MAX_ROWS``, or ``REDUCTION_MAX_ROWS_LARGE_WEIGHT`` for a weight of
+    ``REDUCTION_LARGE_WEIGHT_ELEMENTS`` or more."""
+    if weight_elements >= REDUCTION_LARGE_WEIGHT_ELEMENTS:
+        return REDUCTION_MAX_ROWS_LARGE_WEIGHT
+    return REDUCTION_MAX_ROWS
 
 
 def wants_own_kernels(counts: Sequence[int | None], onednn: bool = True) -> bool:
@@ -149,11 +175,12 @@ class CpuPlatform(Platform):
         return linear_takes_rows(product.rows)
 
     def reduction_pays(self, product: Product) -> bool:
-        """1 to ``REDUCTION_MAX_ROWS`` rows of one of ``REDUCTION_DTYPES``, on a host where a
-        measurement says the reduction pays for that dtype (``probes.reduction_pays``)."""
+        """1 to ``reduction_max_rows`` rows (fewer for a large weight) of one of
+        ``REDUCTION_DTYPES``, on a host where a measurement says the reduction pays for that
+        dtype (``probes.reduction_pays``)."""
         return (
             product.rows is not None
-            and 1 <= product.rows <= REDUCTION_MAX_ROWS
+            and 1 <= product.rows <= reduction_max_rows(product.weight_elements)
             and product.dtype in REDUCTION_DTYPES
             and probes.reduction_pays(product.dtype)
         )
