@@ -25,9 +25,9 @@ platform's ``REDUCTION_LARGE_WEIGHT_ELEMENTS`` is set from it.
 
 With ``--decode PRESET``, the same question on a whole decode step (``qwen3_decode_step.py``'s,
 ``--family`` as there, ``--batch`` sequences): the step compiled once per smallest weight split
-(``--thresholds``; ``none`` splits nothing), or with ``--reduction`` once per rule of
-``REDUCTION_RULES`` on static kernels, each its own code object and so its own graph, timed side
-by side with eager in one interleaved loop.
+(``--thresholds``; ``none`` splits nothing), or with ``--reduction`` on the ATen replay and once
+per rule of ``REDUCTION_RULES`` on static kernels, each its own code object and so its own
+graph, timed side by side with eager in one interleaved loop.
 
     python benchmarks/split_by_weight_size.py
     python benchmarks/split_by_weight_size.py --evict-mb 0
@@ -162,9 +162,8 @@ def decode_variants(args: argparse.Namespace) -> dict[str, tuple[dict[str, Any],
     """Each compiled variant of ``--decode``: the CPU platform's settings and the options it
     compiles with."""
     if args.reduction:
-        return {
-            name: (settings, FRESH_STATIC_KERNELS) for name, settings in REDUCTION_RULES.items()
-        }
+        kernels = {name: (rule, FRESH_STATIC_KERNELS) for name, rule in REDUCTION_RULES.items()}
+        return {"ATen replay": ({}, {"static_kernel_compile": False}), **kernels}
     return {
         ("split none" if t is None else f"split >= {t}"): (
             {"SPLIT_MIN_WEIGHT_ELEMENTS": float("inf") if t is None else t},
