@@ -139,3 +139,46 @@ def test_key_and_value_of_other_head_counts_are_refused(fused) -> None:
     result = fused(uneven, q, k, torch.randn(2, 4, 7, 16), mask)
     assert result.refused()
     result.assert_close()
+
+
+def one_token_inputs(dtype: torch.dtype = torch.float32, mask_heads: int = 1) -> tuple:
+    """A decode step's attention: one query position, 8 heads on 2 key heads, 7 positions."""
+    shapes = ((2, 8, 1, 16), (2, 2, 7, 16), (2, 2, 7, 16), (2, mask_heads, 1, 7))
+    return tuple(torch.randn(shape, dtype=dtype) for shape in shapes)
+
+
+def attention_rows(graph) -> list[tuple[int, int]]:  # noqa: ANN001
+    """(heads, rows) of the query of each attention kernel of ``graph``."""
+    flashes = [n for n in graph.gm.graph.nodes if n.target is FLASH]
+    return [tuple(n.args[0].meta["val"].shape[1:3]) for n in flashes]
+
+
+def test_one_query_position_runs_its_grouped_heads_as_rows_of_the_key_heads(traced) -> None:
+    graph = traced(masked_attention, *one_token_inputs())
+    assert attention_rows(graph) == [(8, 1)]
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert graph.count(aten.clone.default) == 0 and attention_rows(graph) == [(2, 4)]
+
+
+def test_a_mask_of_its_own_per_head_keeps_the_grouped_kernel(traced) -> None:
+    graph = traced(masked_attention, *one_token_inputs(mask_heads=8))
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.count(aten.clone.default) == 0 and attention_rows(graph) == [(8, 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@torch.no_grad()
+def test_one_token_replays_equal_the_grouped_rows_transformers_runs_eagerly(dtype) -> None:  # noqa: ANN001
+    def as_rows(q, k, v, mask):  # noqa: ANN001, ANN202
+        rows = F.scaled_dot_product_attention(
+            q.reshape(2, 2, 4, 16), k, v, attn_mask=mask, scale=0.3
+        )
+        return rows.reshape(2, 8, 1, 16)
+
+    compiled = torch.compile(masked_attention, backend="npugraph_ex", fullgraph=True)
+    for _ in range(2):
+        inputs = one_token_inputs(dtype)
+        assert torch.equal(compiled(*inputs), as_rows(*inputs))
+        close = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(compiled(*inputs), masked_attention(*inputs), **close)
