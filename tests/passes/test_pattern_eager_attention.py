@@ -69,6 +69,22 @@ def test_attention_written_out_becomes_one_kernel(traced, heads, kv_heads, maske
     assert counts["aten._softmax.default"] == 0 and counts["aten.bmm.default"] == 0
 
 
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "no mask"])
+def test_a_decode_step_runs_its_grouped_heads_as_rows_of_the_key_heads(traced, masked) -> None:
+    q, k, v = torch.randn(2, 4, 1, 16), torch.randn(2, 2, 6, 16), torch.randn(2, 2, 6, 16)
+    mask = torch.randn(2, 1, 1, 6) if masked else None
+    graph = traced(eager_attention, q, k, v, mask)
+    remove_noop_ops(graph.gm, graph.inputs, Config())
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (flash,) = [n for n in graph.gm.graph.nodes if n.target is FLASH]
+    assert flash.args[0].meta["val"].shape == (2, 2, 2, 16)  # 2 key heads, 2 query rows each
+    assert torch.allclose(
+        graph.gm(q, k, v, *([mask] if masked else []))[0],
+        eager_attention(q, k, v, mask),
+        **TOLERANCE,
+    )
+
+
 def biased_attention(q, k, v, bias, mask):
     """T5's attention where the padding mask is a tensor: a position bias, then the mask."""
     weights = torch.matmul(q, k.transpose(3, 2)) + bias + mask

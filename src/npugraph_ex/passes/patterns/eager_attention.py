@@ -10,7 +10,8 @@ without the additive mask, with and without repeated heads (``num_key_value_grou
 without the scale (``scale=1``): models that scale the query first (OPT) or not at all (T5), and
 a ``* 1.0`` that ``remove_noop_ops`` has already dropped. Two additive terms (T5's position bias,
 then the padding mask transformers adds under torch 2.11 and skips under 2.13) become one mask,
-their sum.
+their sum. One query position (a decode step) with a mask the same for every head runs as the key
+heads' query rows instead of ``enable_gqa`` (``gqa_attention.grouped_attention``).
 Applied where the kernel computes what the ops did (``fusable``): to float32 graphs, and to
 float16 and bfloat16 ones whose softmax runs in float32 between two casts, as transformers
 writes it (the fused kernels accumulate in float32 too); not to half-precision graphs whose
@@ -44,7 +45,11 @@ from npugraph_ex.passes.patterns.checks import (
     one_kind,
     same_shape,
 )
-from npugraph_ex.passes.patterns.gqa_attention import register_scaled_attention, repeat_kv
+from npugraph_ex.passes.patterns.gqa_attention import (
+    grouped_attention,
+    register_scaled_attention,
+    repeat_kv,
+)
 from npugraph_ex.passes.patterns.registry import add_replacement
 from npugraph_ex.runtime.platform import SDPA, platform_for
 
@@ -108,25 +113,23 @@ def plain_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
 
 
 def fused_masked(q, k, v, mask, scale):  # noqa: ANN001, ANN201
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    return grouped_attention(q, k, v, mask, scale)
 
 
 def fused(q, k, v, scale):  # noqa: ANN001, ANN201
-    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+    return grouped_attention(q, k, v, scale=scale)
 
 
 def fused_masked_unscaled(q, k, v, mask):  # noqa: ANN001, ANN201
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=True)
+    return grouped_attention(q, k, v, mask, scale=1.0)
 
 
 def fused_unscaled(q, k, v):  # noqa: ANN001, ANN201
-    return F.scaled_dot_product_attention(q, k, v, scale=1.0, enable_gqa=True)
+    return grouped_attention(q, k, v, scale=1.0)
 
 
 def fused_biased_masked_unscaled(q, k, v, bias, mask):  # noqa: ANN001, ANN201
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=bias + mask, scale=1.0, enable_gqa=True
-    )
+    return grouped_attention(q, k, v, bias + mask, scale=1.0)
 
 
 def fusable(match: Any, dtype: torch.dtype = torch.float32, terms: tuple[str, ...] = ()) -> bool:
