@@ -194,7 +194,6 @@ def test_a_number_argument_named_in_scalar_workaround_is_bound_from_the_graph(tr
     compiled = torch.compile(halved_model, backend="npugraph_ex", fullgraph=True)
     x = torch.randn(5, 2)
     assert torch.equal(compiled(x), (torch.exp(x * 3) * 0.5).relu())  # the replacement, exactly
-    torch.testing.assert_close(compiled(x), halved_model(x), rtol=1e-4, atol=1e-4)
     assert kernels_per_replay() == 4  # mul, exp, mul, relu
 
 
