@@ -132,6 +132,20 @@ def calls_through(
         manager_class.__call__ = original
 
 
+@contextlib.contextmanager
+def attributes_set(target: Any, settings: dict[str, Any]) -> Iterator[None]:
+    """Inside the block, each ``name: value`` of ``settings`` is set on ``target`` (a module's
+    tuning constant, say); the values before are put back after it."""
+    before = {name: getattr(target, name) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(target, name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(target, name, value)
+
+
 def with_inputs(manager: Any, args: list[Any], run: Callable[[], Any]) -> Callable[[], Any]:
     """``run`` (a bare replay or step loop of ``manager``'s one key) after copying ``args`` into
     the key's input buffers, as a replay through the manager does: the buffers share the pool's

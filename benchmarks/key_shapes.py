@@ -26,6 +26,7 @@ import torch
 from common import (
     add_common_args,
     apply_threads,
+    attributes_set,
     environment,
     environment_line,
     format_table,
@@ -68,12 +69,8 @@ def compiled(
     module, name, value = without
 
     def run(*args: Any) -> Any:
-        made = getattr(module, name)
-        setattr(module, name, value)
-        try:
+        with attributes_set(module, {name: value}):
             return fn(*args)
-        finally:
-            setattr(module, name, made)
 
     return run
 

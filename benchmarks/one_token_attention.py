@@ -37,6 +37,8 @@ from common import (
     write_json,
 )
 
+from npugraph_ex.passes.patterns.gqa_attention import grouped_rows_attention
+
 NAME = "one_token_attention"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,9 +56,7 @@ def forms(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
     def rows() -> Any:
-        packed = q.reshape(batch, groups, per_group, dim)
-        out = F.scaled_dot_product_attention(packed, k, v, attn_mask=mask)
-        return out.reshape(batch, heads, 1, dim)
+        return grouped_rows_attention(q, k, v, mask, None)
 
     def repeated() -> Any:
         k_all, v_all = (t.repeat_interleave(per_group, dim=1) for t in (k, v))

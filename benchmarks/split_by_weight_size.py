@@ -41,7 +41,6 @@ graph, timed side by side with eager in one interleaved loop.
 from __future__ import annotations
 
 import argparse
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +49,7 @@ from common import (
     QWEN3_MODELS,
     add_common_args,
     apply_threads,
+    attributes_set,
     environment,
     environment_line,
     format_table,
@@ -63,6 +63,7 @@ from common import (
 )
 from qwen3_decode_step import FAMILIES, build, step_block
 
+from npugraph_ex.bench.variants import own_code
 from npugraph_ex.runtime.cpu import platform as cpu_platform
 
 NAME = "split_by_weight_size"
@@ -101,9 +102,7 @@ def product_blocks(rows: int, depth: int, args: argparse.Namespace) -> Blocks:
     return {"mm": unsplit, "split": split}
 
 
-def reduction_blocks(
-    rows: int, depth: int, args: argparse.Namespace
-) -> dict[str, Callable[[], Any]]:
+def reduction_blocks(rows: int, depth: int, args: argparse.Namespace) -> Blocks:
     """``args.count`` products of ``args.rows`` rows by weights of ``rows x depth``, eager and on
     static kernels with and without the multiply-and-sum."""
     weights = [torch.randn(rows, depth) for _ in range(args.count)]
@@ -112,20 +111,16 @@ def reduction_blocks(
     def products(x: torch.Tensor) -> list[torch.Tensor]:
         return [torch.nn.functional.linear(x, w) for w in weights]
 
-    blocks: dict[str, Callable[[], Any]] = {"eager": lambda: products(x)}
-    rules = (cpu_platform.REDUCTION_MAX_ROWS, cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS)
-    try:
-        for name, most_rows in (("kernels, no reduction", 0), ("kernels, reduction", args.rows)):
-            cpu_platform.REDUCTION_MAX_ROWS = most_rows
-            cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS = float("inf")
-            step = own_code_object(products, f"{name} {rows} {depth}")
-            compiled = torch.compile(
-                step, backend="npugraph_ex", dynamic=False, options=FRESH_STATIC_KERNELS
-            )
+    blocks: Blocks = {"eager": lambda: products(x)}
+    for name, most_rows in (("kernels, no reduction", 0), ("kernels, reduction", args.rows)):
+        rule = {"REDUCTION_MAX_ROWS": most_rows, "REDUCTION_LARGE_WEIGHT_ELEMENTS": float("inf")}
+        step = own_code(products, f"{name} {rows} {depth}")
+        compiled = torch.compile(
+            step, backend="npugraph_ex", dynamic=False, options=FRESH_STATIC_KERNELS
+        )
+        with attributes_set(cpu_platform, rule):
             compiled(x)  # compiled under this rule
-            blocks[name] = lambda compiled=compiled: compiled(x)
-    finally:
-        cpu_platform.REDUCTION_MAX_ROWS, cpu_platform.REDUCTION_LARGE_WEIGHT_ELEMENTS = rules
+        blocks[name] = lambda compiled=compiled: compiled(x)
     return blocks
 
 
@@ -180,17 +175,11 @@ def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
     blocks = {"eager": step_block(bench.step, bench.new_cache(batch), args.steps, batch)}
     ids, position = torch.ones(batch, 1, dtype=torch.long), torch.tensor([0])
     for name, (settings, options) in decode_variants(args).items():
-        before = {attribute: getattr(cpu_platform, attribute) for attribute in settings}
-        try:
-            for attribute, value in settings.items():
-                setattr(cpu_platform, attribute, value)
-            step = own_code_object(bench.step, name)
-            compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True, options=options)
-            cache = bench.new_cache(batch)
+        step = own_code(bench.step, name)
+        compiled = torch.compile(step, backend="npugraph_ex", fullgraph=True, options=options)
+        cache = bench.new_cache(batch)
+        with attributes_set(cpu_platform, settings):
             compiled(ids, position, cache)  # compiled under these settings
-        finally:
-            for attribute, value in before.items():
-                setattr(cpu_platform, attribute, value)
         blocks[name] = step_block(compiled, cache, args.steps, batch)
     times = interleaved(blocks, args.repeats, warmup=2)
     eager = median(times["eager"])
@@ -204,12 +193,6 @@ def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
         "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
         "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
     }
-
-
-def own_code_object(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``fn`` with a code object of its own, so that Dynamo compiles it apart from ``fn``."""
-    code = fn.__code__.replace(co_name="".join(c if c.isalnum() else "_" for c in name))
-    return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
 
 
 def report_steps(result: dict[str, Any], args: argparse.Namespace) -> None:
