@@ -137,6 +137,27 @@ def test_a_user_pattern_stops_at_a_scope_edge_whatever_its_extra_check_says(trac
     torch.testing.assert_close(inside.gm(x, y)[0], doubled_with_scope(x, y))
 
 
+def added(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+def subtracted_twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x - y - y
+
+
+def test_an_argument_the_pattern_leaves_out_must_hold_its_default(traced) -> None:
+    # The matcher compares only the keyword arguments the pattern names: without the check,
+    # x + y would match add(x, y, alpha=2) and its replacement would drop the alpha.
+    x, y = torch.randn(8), torch.randn(8)
+    npugraph_ex.register_replacement(added, subtracted_twice, [x, y])
+    scaled = traced(lambda x, y: torch.add(x, y, alpha=2), x, y)
+    fuse_patterns(scaled.gm, scaled.inputs, Config())
+    assert scaled.op_counts()["aten.add.Tensor"] == 1 and scaled.op_counts()["aten.sub.Tensor"] == 0
+    at_default = traced(lambda x, y: torch.add(x, y, alpha=1), x, y)
+    fuse_patterns(at_default.gm, at_default.inputs, Config())
+    assert at_default.op_counts()["aten.sub.Tensor"] == 2
+
+
 def scaled_exp(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.exp(x) * scale
 

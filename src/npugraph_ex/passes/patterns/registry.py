@@ -163,7 +163,11 @@ def add_replacement(
     inputs = traced_inputs(search_fn, example_inputs, numbers)
 
     def check(match: Any) -> bool:
-        return within_one_scope(match.nodes) and (extra_check is None or extra_check(match))
+        return (
+            within_one_scope(match.nodes)
+            and other_arguments_at_defaults(match)
+            and (extra_check is None or extra_check(match))
+        )
 
     added = pattern_matcher.register_replacement(
         search_fn, replace_fn, inputs, trace_fn, pass_dict, check, **options
@@ -171,6 +175,35 @@ def add_replacement(
     if added and options.get("search_fn_pattern") is None:
         symbolic_recheck.install(pass_dict, added, search_fn, replace_fn, trace_fn, numbers, check)
     return bool(added)
+
+
+def other_arguments_at_defaults(match: Any) -> bool:
+    """Each keyword argument a matched node holds that its pattern does not name holds its
+    default. Inductor's matcher leaves such arguments out of the comparison, and the replacement
+    would drop them: ``sdpa(q, k, v)`` would match ``sdpa(q, k, v, attn_mask=m)`` and lose the
+    mask, ``x + y`` would match ``add(x, y, alpha=2)``."""
+    from torch._inductor.pattern_matcher import _TargetArgsExpr
+
+    for pattern, node in match.ctx.pattern_to_node.items():
+        if not isinstance(pattern, _TargetArgsExpr) or not isinstance(node, torch.fx.Node):
+            continue
+        others = {name: value for name, value in node.kwargs.items() if name not in pattern.kwargs}
+        if others and not all_defaults(node.target, others):
+            return False
+    return True
+
+
+def all_defaults(target: Any, arguments: dict[str, Any]) -> bool:
+    """Each of ``arguments`` (name: value) is one of ``target``'s with its default value (an op
+    without a schema: none is)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    return all(
+        name in defaults and not isinstance(value, torch.fx.Node) and value == defaults[name]
+        for name, value in arguments.items()
+    )
 
 
 def arity(fn: Callable[..., Any]) -> int | None:
