@@ -62,6 +62,7 @@ __all__ = [
     "kernels_per_replay",
     "live_graph_numbers",
     "manager_arguments",
+    "print_heading",
     "median",
     "qwen3_token_forward",
     "package_version",
@@ -238,6 +239,13 @@ def add_common_args(parser: argparse.ArgumentParser, name: str, repeats: int) ->
         default=Path("bench-results") / f"{name}.json",
         help=f"JSON record to write (default bench-results/{name}.json)",
     )
+
+
+def print_heading(title: str) -> None:
+    """A report's first lines: a blank line, the host and versions, ``title``."""
+    print()
+    print(environment_line(environment()))
+    print(title)
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:

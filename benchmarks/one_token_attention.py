@@ -13,6 +13,14 @@ per dtype, batch and cached length:
   graph holds before the pattern).
 
     python benchmarks/one_token_attention.py
+
+``--decode PRESET``: a decode step of that Qwen3 over a ``DynamicCache`` of ``--lengths``
+positions and no padding, where transformers' sdpa attention passes ``enable_gqa=True`` itself
+(no mask), eagerly and under ``torch.compile``; timed eagerly and as the ATen replay with the
+grouped-query pattern's one-token rows form and without it (the shared heads left to
+``enable_gqa``, the graph before the pattern took them).
+
+    python benchmarks/one_token_attention.py --decode qwen3-0.6b --dtypes bfloat16
 """
 
 from __future__ import annotations
@@ -24,19 +32,25 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from common import (
+    QWEN3_MODELS,
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
+    attributes_set,
     format_table,
     interleaved,
     median,
+    print_heading,
     scaled,
     settings_of,
     time_calls,
     write_json,
 )
+from qwen3_decode_step import build
+from transformers import DynamicCache
 
+from npugraph_ex.bench.decode import cache_keyword
+from npugraph_ex.bench.variants import own_code
+from npugraph_ex.passes.patterns import gqa_attention
 from npugraph_ex.passes.patterns.gqa_attention import grouped_rows_attention
 
 NAME = "one_token_attention"
@@ -81,10 +95,80 @@ def run(dtype: str, batch: int, length: int, args: argparse.Namespace) -> dict[s
     }
 
 
+def shared_heads_kept(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    """The pattern's one-token form undone: attention on the shared heads (``enable_gqa``)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def decode_forms(
+    dtype: str, batch: int, length: int, args: argparse.Namespace
+) -> dict[str, Callable[[], Any]]:
+    """One decode step of ``args.decode`` over a fresh ``DynamicCache`` of ``length`` positions
+    per call: eagerly, and replayed with the shared heads as rows and as ``enable_gqa``."""
+    bench = build(args.decode, max_cache_len=length + 1, seed=0, dtype=dtype)
+    model, config = bench.model, bench.config
+    shape = (batch, config.num_key_value_heads, length, config.head_dim)
+    layers = range(config.num_hidden_layers)
+    keys, values = ([torch.randn(shape, dtype=model.dtype) for _ in layers] for _ in range(2))
+    ids, keyword = torch.ones(batch, 1, dtype=torch.long), cache_keyword(model)
+
+    def step(ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
+        cache = DynamicCache(config=config)
+        for layer, (key, value) in enumerate(zip(keys, values, strict=True)):
+            cache.update(key, value, layer)
+        return model(ids, use_cache=True, **{keyword: cache}).logits
+
+    forms: dict[str, Callable[[], Any]] = {"eager": lambda: step(ids, keys, values)}
+    kept = {"grouped_rows_attention": shared_heads_kept}
+    for name, settings in (("replay, enable_gqa", kept), ("replay, rows", {})):
+        compiled = torch.compile(
+            own_code(step, name),
+            backend="npugraph_ex",
+            fullgraph=True,
+            dynamic=False,
+            options={"static_kernel_compile": False},
+        )
+        with attributes_set(gqa_attention, settings):
+            compiled(ids, keys, values)  # compiled and captured in this form
+        forms[name] = lambda compiled=compiled: compiled(ids, keys, values)
+    return forms
+
+
+def run_decode(dtype: str, batch: int, length: int, args: argparse.Namespace) -> dict[str, Any]:
+    fns = decode_forms(dtype, batch, length, args)
+    reference = fns["eager"]().float()
+    diff = max(float((fns[f]().float() - reference).abs().max()) for f in fns)
+    blocks = {name: (lambda fn=fn: time_calls(fn, args.calls)) for name, fn in fns.items()}
+    times = interleaved(blocks, args.repeats, warmup=1)
+    eager = median(times["eager"])
+    return {
+        "dtype": dtype,
+        "batch": batch,
+        "length": length,
+        "median_ms": {name: round(median(ts) * 1e3, 3) for name, ts in times.items()},
+        "speed_up": {name: round(eager / median(ts), 3) for name, ts in times.items()},
+        "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
+        "max_abs_diff_logits": diff,
+    }
+
+
+def report_decode(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print_heading(
+        f"{args.decode} decode step over a DynamicCache, no mask, ms per step; median of "
+        f"{args.repeats} interleaved repeats of {args.calls} calls"
+    )
+    rows = [
+        [r["dtype"], r["batch"], r["length"]]
+        + [f"{ms} ({r['speed_up'][name]:.2f}x)" for name, ms in r["median_ms"].items()]
+        + [f"{r['max_abs_diff_logits']:.2g}"]
+        for r in results
+    ]
+    names = list(results[0]["median_ms"]) if results else []
+    print(format_table(["dtype", "batch", "length", *names, "max |diff| logits"], rows))
+
+
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.heads} heads on {args.key_heads} key heads of {args.dim}, one query position; "
         f"median of {args.repeats} interleaved repeats of {args.calls} calls"
     )
@@ -118,17 +202,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--key-heads", type=int, default=8)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    parser.add_argument(
+        "--decode", choices=list(QWEN3_MODELS), help="time this model's decode step instead"
+    )
     add_common_args(parser, NAME, repeats=15)
     args = parser.parse_args(argv)
     apply_threads(args.threads)
+    measure, show = (run_decode, report_decode) if args.decode else (run, report)
     with torch.no_grad():
         results = [
-            run(dtype, batch, length, args)
+            measure(dtype, batch, length, args)
             for dtype in args.dtypes
             for batch in args.batches
             for length in args.lengths
         ]
-    report(results, args)
+    show(results, args)
     write_json(args.out, NAME, settings_of(args), results)
 
 

@@ -50,11 +50,10 @@ from common import (
     add_common_args,
     apply_threads,
     attributes_set,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     scaled,
     settings_of,
     spread,
@@ -196,9 +195,7 @@ def decode_steps(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report_steps(result: dict[str, Any], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.family} {args.decode} decode step, {args.dtype}, batch {args.batch}, "
         f"{args.steps} steps per block; median of {args.repeats} interleaved repeats"
     )
@@ -232,9 +229,7 @@ def cache_evictor(megabytes: int) -> Callable[[], None]:
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.count} weights per shape, {args.rows if args.reduction else 1} row(s) each, "
         f"{torch.get_num_threads()} threads, "
         f"{args.evict_mb} MB copied before each block; median of {args.repeats} interleaved repeats"

@@ -182,3 +182,61 @@ def test_one_token_replays_equal_the_grouped_rows_transformers_runs_eagerly(dtyp
         assert torch.equal(compiled(*inputs), as_rows(*inputs))
         close = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
         torch.testing.assert_close(compiled(*inputs), masked_attention(*inputs), **close)
+
+
+def shared_heads_attention(q, k, v, mask=None):  # noqa: ANN001, ANN201
+    """Grouped heads as ``enable_gqa`` reads them in place, no repeated heads in the graph."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=True)
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["no mask", "masked"])
+def test_one_token_attention_on_shared_heads_runs_as_rows_of_the_key_heads(traced, masked) -> None:  # noqa: ANN001
+    q, k, v, mask = one_token_inputs()
+    args = (q, k, v, mask) if masked else (q, k, v)
+    graph = traced(shared_heads_attention, *args)
+    assert attention_rows(graph) == [(8, 1)]
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert attention_rows(graph) == [(2, 4)]
+    (flash,) = [n for n in graph.gm.graph.nodes if n.target is FLASH]
+    assert flash.kwargs["scale"] == 0.3
+    torch.testing.assert_close(graph.gm(*args)[0], shared_heads_attention(*args))
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "mask_heads"),
+    [((2, 8, 3, 16), 1), ((2, 8, 1, 16), 8), ((2, 2, 1, 16), 1)],
+    ids=["three query rows", "a mask per head", "one head per key head"],
+)
+def test_shared_heads_the_rows_form_cannot_take_keep_their_kernel(
+    traced, q_shape, mask_heads
+) -> None:  # noqa: ANN001
+    k, v = torch.randn(2, 2, 7, 16), torch.randn(2, 2, 7, 16)
+    mask = torch.randn(2, mask_heads, q_shape[2], 7)
+    graph = traced(shared_heads_attention, torch.randn(q_shape), k, v, mask)
+    before = graph.op_counts()
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.op_counts() == before
+
+
+@torch.no_grad()
+def test_transformers_sdpa_decode_without_a_mask_runs_as_rows_of_the_key_heads(traced) -> None:  # noqa: ANN001
+    # Under torch.compile, transformers' sdpa attention passes enable_gqa=True when there is no
+    # mask (a decode step with no padding); eager runs the same call.
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 4, True
+
+    def attend(q, k, v):  # noqa: ANN001, ANN202
+        return sdpa_attention_forward(module, q, k, v, None, scaling=0.25)[0]
+
+    q, k, v, _ = one_token_inputs(torch.bfloat16)
+    graph = traced(attend, q, k, v)
+    assert attention_rows(graph) == [(8, 1)]
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert attention_rows(graph) == [(2, 4)]
+    compiled = torch.compile(attend, backend="npugraph_ex", fullgraph=True)
+    for _ in range(2):
+        q, k, v, _ = one_token_inputs(torch.bfloat16)
+        torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), atol=2e-2, rtol=2e-2)

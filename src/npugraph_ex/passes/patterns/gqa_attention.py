@@ -11,12 +11,14 @@ attention kernels read shared heads directly (``enable_gqa=True``):
 Two copies of the KV cache per layer and step disappear. With one query position (a decode step)
 and a mask shared by every head, the heads that share a key head become its query rows instead
 (``[batch, key heads, heads per key head, dim]``, attention without ``enable_gqa``), the form
-transformers runs for one token outside ``torch.compile``. Applied where the kernel can read the
-heads in place: query, key and value of one dtype and device, key and value of one shape, the
-query heads a multiple of the key heads, and a scale that is a number. Tolerance: bit-identical
-on CPU (the same kernel reads the same values in the same order); the one-token form equals
-transformers' own one-token form bit for bit, and the repeated heads' within rounding (the
-kernel blocks the rows differently: up to 3e-7 in float32, 1e-3 in bfloat16).
+transformers runs for one token outside ``torch.compile``; so does an attention the graph already
+holds on shared heads (transformers' sdpa attention passes ``enable_gqa=True`` itself when there
+is no mask, eagerly too). Applied where the kernel can read the heads in place: query, key and
+value of one dtype and device, key and value of one shape, the query heads a multiple of the key
+heads, and a scale that is a number. Tolerance: bit-identical on CPU (the same kernel reads the
+same values in the same order); the one-token form equals transformers' own one-token form bit
+for bit, and the repeated or shared heads' within rounding (the kernel blocks the rows
+differently: up to 3e-7 in float32, 1e-3 in bfloat16).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from npugraph_ex.passes.patterns.checks import bound_tensors, is_number, one_kind, same_shape
+from npugraph_ex.passes.patterns.checks import bound, bound_tensors, is_number, one_kind, same_shape
 from npugraph_ex.passes.patterns.registry import add_replacement
 
 SCALE = 0.125
@@ -90,6 +92,22 @@ def causal_replace(q, k, v, scale):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
 
 
+def shared_search(q, k, v, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+
+
+def shared_replace(q, k, v, scale):  # noqa: ANN001, ANN201
+    return grouped_rows_attention(q, k, v, None, scale)
+
+
+def shared_masked_search(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def shared_masked_replace(q, k, v, mask, scale):  # noqa: ANN001, ANN201
+    return grouped_rows_attention(q, k, v, mask, scale)
+
+
 def scale_is_a_number(match: Any) -> bool:
     """The fused kernels take the scale as a Python number (or none: the default); a graph may
     multiply by a 0-d tensor instead, which they cannot take. (Absent: a number the re-check
@@ -111,6 +129,18 @@ def grouped_heads(match: Any) -> bool:
         and same_shape(k.shape, v.shape)
         and statically_known_true(q.shape[1] % k.shape[1] == 0)
     )
+
+
+def shared_heads_at_one_row(match: Any) -> bool:
+    """Grouped heads (``grouped_heads``) that are not one per key head, read in place at one
+    query position with no mask or one mask row for every head (``one_query_row``)."""
+    if not grouped_heads(match):
+        return False
+    q, k = bound_tensors(match, "q", "k")
+    mask = bound(match, "mask")
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        return False
+    return statically_known_true(q.shape[1] != k.shape[1]) and one_query_row(q, mask)
 
 
 def register_scaled_attention(
@@ -140,3 +170,9 @@ def register(pass_dict: Any) -> None:
     register_scaled_attention(
         pass_dict, causal_search, causal_replace, [torch.randn(1, 4, 5, 8), k, k.clone()]
     )
+    one_row, row_mask = torch.randn(1, 4, 1, 8), torch.zeros(1, 1, 1, 5)
+    for search, replace, inputs in (
+        (shared_search, shared_replace, [one_row, k, k.clone()]),
+        (shared_masked_search, shared_masked_replace, [one_row, k, k.clone(), row_mask]),
+    ):
+        register_scaled_attention(pass_dict, search, replace, inputs, shared_heads_at_one_row)
