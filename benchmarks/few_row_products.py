@@ -28,6 +28,11 @@ weight), and *onednn* on the weights as they are (what ``pattern_fusion_pass`` g
     python benchmarks/few_row_products.py --rows 1 2 4 8 16 32 64
     python benchmarks/few_row_products.py --bias --rows 1 4 8 16
     python benchmarks/few_row_products.py --onednn --rows 1 4 8 12 16 20 28 35
+
+``--dtype bfloat16`` (or ``float16``) runs every variant in that dtype (the weights cast as
+``from_pretrained(torch_dtype=...)`` casts them).
+
+    python benchmarks/few_row_products.py --onednn --dtype bfloat16 --rows 1 4 8 32 64
 """
 
 from __future__ import annotations
@@ -116,8 +121,9 @@ def products(
 
 def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -> dict[str, Any]:
     torch._dynamo.reset()
-    inputs = [torch.randn(rows, w.shape[1]) for w in weights]
-    biases = [torch.randn(w.shape[0]) for w in weights] if args.bias else None
+    dtype = weights[0].dtype
+    inputs = [torch.randn(rows, w.shape[1], dtype=dtype) for w in weights]
+    biases = [torch.randn(w.shape[0], dtype=dtype) for w in weights] if args.bias else None
     fns = products(weights, biases)
     if args.onednn:
         fns.update(onednn_products(weights, biases, rows))
@@ -146,7 +152,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, count: int) 
     print(environment_line(environment()))
     plus = ", each plus a bias (addmm; split: baddbmm)" if args.bias else ""
     print(
-        f"{args.preset}: {count} weight matrices{plus}; "
+        f"{args.preset}: {count} weight matrices in {args.dtype}{plus}; "
         f"median of {args.repeats} interleaved repeats"
     )
     variants = VARIANTS + (ONEDNN_VARIANTS if args.onednn else ())
@@ -176,11 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--onednn", action="store_true", help="add oneDNN's linear, on packed and plain weights"
     )
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
 
     add_common_args(parser, NAME, repeats=7)
     args = parser.parse_args(argv)
     apply_threads(args.threads)
-    model = build(args.preset, max_cache_len=128, seed=0).model
+    model = build(args.preset, max_cache_len=128, seed=0, dtype=args.dtype).model
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     with torch.no_grad():
         results = [run_rows(rows, weights, args) for rows in args.rows]

@@ -165,7 +165,9 @@ class CpuPlatform(Platform):
     def onednn_linear_pays(self, product: Product) -> bool:
         """A float32 product by a weight of at least ``LINEAR_MIN_WEIGHT_ELEMENTS``, whose row
         count oneDNN takes (``linear_takes_rows``), or is symbolic where oneDNN pays at some
-        count."""
+        count. ATen runs bfloat16 products through oneDNN already: its linear kernel on the
+        plain weight ran 0.96x to 1.12x as fast (``docs/notes/products-through-onednn.md``);
+        float16 is not measured."""
         if product.dtype != torch.float32:
             return False
         if product.weight_elements < LINEAR_MIN_WEIGHT_ELEMENTS:
