@@ -1,18 +1,21 @@
 """How fast is a decode step's grouped-query attention in each of the forms a graph can run it?
 
-One query position, ``--heads`` query heads on ``--key-heads`` key heads (Qwen3-0.6B's 16 on 8,
-head size 128), a mask of one row shared by every head, timed three ways in one interleaved loop
-per dtype, batch and cached length:
+One query position (or each of ``--query-rows``: a few tokens verified at once), ``--heads``
+query heads on ``--key-heads`` key heads (Qwen3-0.6B's 16 on 8, head size 128), the query laid out
+as models lay it out (``[batch, positions, heads, dim]`` transposed), a mask of one row per
+position shared by every head, timed three ways in one interleaved loop per dtype, batch, cached
+length and positions:
 
 - grouped: ``scaled_dot_product_attention(..., enable_gqa=True)``, what the grouped-query pattern
   made of every attention before (``npugraph_ex/passes/patterns/gqa_attention.py``);
 - rows: the heads that share a key head as that head's query rows, a plain attention over the
-  key heads (what the pattern makes of one query position now, and what transformers runs for
-  one token outside ``torch.compile``);
+  key heads (what the pattern makes of a few query positions now, and what transformers runs for
+  one token outside ``torch.compile``), the mask repeated for each head of a group;
 - repeated: the key and value heads copied for every query head first (``repeat_kv``, what the
   graph holds before the pattern).
 
     python benchmarks/one_token_attention.py
+    python benchmarks/one_token_attention.py --query-rows 1 2 4 8 16 32 --batches 1 --lengths 1024
 
 ``--decode PRESET``: a decode step of that Qwen3 over a ``DynamicCache`` of ``--lengths``
 positions and no padding, where transformers' sdpa attention passes ``enable_gqa=True`` itself
@@ -58,12 +61,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def forms(
-    dtype: torch.dtype, batch: int, length: int, args: argparse.Namespace
+    dtype: torch.dtype, batch: int, length: int, positions: int, args: argparse.Namespace
 ) -> dict[str, Callable[[], Any]]:
     heads, groups, dim = args.heads, args.key_heads, args.dim
-    q = torch.randn(batch, heads, 1, dim, dtype=dtype)
+    q = torch.randn(batch, positions, heads, dim, dtype=dtype).transpose(1, 2)
     k, v = (torch.randn(batch, groups, length, dim, dtype=dtype) for _ in range(2))
-    mask = torch.zeros(batch, 1, 1, length, dtype=dtype)
+    mask = torch.randn(batch, 1, positions, length, dtype=dtype)
     per_group = heads // groups
 
     def grouped() -> Any:
@@ -79,8 +82,10 @@ def forms(
     return {"grouped": grouped, "rows": rows, "repeated": repeated}
 
 
-def run(dtype: str, batch: int, length: int, args: argparse.Namespace) -> dict[str, Any]:
-    fns = forms(DTYPES[dtype], batch, length, args)
+def run(
+    dtype: str, batch: int, length: int, positions: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    fns = forms(DTYPES[dtype], batch, length, positions, args)
     reference = fns["grouped"]()
     diff = max(float((fns[f]() - reference).abs().max()) for f in ("rows", "repeated"))
     blocks = {name: (lambda fn=fn: time_calls(fn, args.calls)) for name, fn in fns.items()}
@@ -89,6 +94,7 @@ def run(dtype: str, batch: int, length: int, args: argparse.Namespace) -> dict[s
         "dtype": dtype,
         "batch": batch,
         "length": length,
+        "positions": positions,
         "median_us": {name: round(median(ts) * 1e6, 2) for name, ts in times.items()},
         "per_repeat_us": {name: scaled(ts, 1e6) for name, ts in times.items()},
         "max_abs_diff": diff,
@@ -169,7 +175,7 @@ def report_decode(results: list[dict[str, Any]], args: argparse.Namespace) -> No
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print_heading(
-        f"{args.heads} heads on {args.key_heads} key heads of {args.dim}, one query position; "
+        f"{args.heads} heads on {args.key_heads} key heads of {args.dim}; "
         f"median of {args.repeats} interleaved repeats of {args.calls} calls"
     )
     rows = []
@@ -180,6 +186,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 r["dtype"],
                 r["batch"],
                 r["length"],
+                r["positions"],
                 us["grouped"],
                 us["rows"],
                 us["repeated"],
@@ -187,7 +194,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"{r['max_abs_diff']:.2g}",
             ]
         )
-    headers = ["dtype", "batch", "length", "grouped us", "rows us", "repeated us"]
+    headers = ["dtype", "batch", "length", "positions", "grouped us", "rows us", "repeated us"]
     print(format_table([*headers, "grouped / rows", "max |diff|"], rows))
 
 
@@ -198,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 1024])
+    parser.add_argument(
+        "--query-rows", type=int, nargs="+", default=[1], help="query positions per call"
+    )
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--key-heads", type=int, default=8)
     parser.add_argument("--dim", type=int, default=128)
@@ -208,15 +218,19 @@ def main(argv: list[str] | None = None) -> None:
     add_common_args(parser, NAME, repeats=15)
     args = parser.parse_args(argv)
     apply_threads(args.threads)
-    measure, show = (run_decode, report_decode) if args.decode else (run, report)
+    shapes = [
+        (dtype, batch, length)
+        for dtype in args.dtypes
+        for batch in args.batches
+        for length in args.lengths
+    ]
     with torch.no_grad():
-        results = [
-            measure(dtype, batch, length, args)
-            for dtype in args.dtypes
-            for batch in args.batches
-            for length in args.lengths
-        ]
-    show(results, args)
+        if args.decode:
+            results = [run_decode(*shape, args) for shape in shapes]
+            report_decode(results, args)
+        else:
+            results = [run(*shape, rows, args) for shape in shapes for rows in args.query_rows]
+            report(results, args)
     write_json(args.out, NAME, settings_of(args), results)
 
 

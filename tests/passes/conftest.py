@@ -25,6 +25,12 @@ class Traced:
     def count(self, target: Any) -> int:
         return sum(1 for n in self.gm.graph.nodes if n.target is target)
 
+    def run(self, *args: Any) -> Any:
+        """The graph's outputs for ``args``, from its code as the passes left it (a pass edits
+        the graph; the module runs the code generated before until it is generated again)."""
+        self.gm.recompile()
+        return self.gm(*args)
+
 
 def trace(fn: Callable[..., Any], *args: Any, dynamic: bool | None = None) -> Traced:
     """Trace ``fn(*args)`` with Dynamo and AOTAutograd exactly as the backend does (with

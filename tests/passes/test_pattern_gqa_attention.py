@@ -39,11 +39,12 @@ def tiled_heads(q, k, v, mask):
 
 
 def masked_inputs():
+    """More query positions than the rows form takes: the attention reads the heads in place."""
     return (
-        torch.randn(2, 8, 3, 16),
+        torch.randn(2, 8, 20, 16),
         torch.randn(2, 2, 7, 16),
         torch.randn(2, 2, 7, 16),
-        torch.randn(2, 1, 3, 7),
+        torch.randn(2, 1, 20, 7),
     )
 
 
@@ -96,7 +97,9 @@ def test_scales(fused, scale) -> None:
     result.assert_close()
 
 
-@pytest.mark.parametrize("mask_shape", [(3, 7), (2, 1, 3, 7), (1, 1, 1, 7), (2, 8, 3, 7)], ids=str)
+@pytest.mark.parametrize(
+    "mask_shape", [(20, 7), (2, 1, 20, 7), (1, 1, 1, 7), (2, 8, 20, 7)], ids=str
+)
 def test_broadcast_masks(fused, mask_shape) -> None:
     q, k, v, _ = masked_inputs()
     result = fused(masked_attention, q, k, v, torch.randn(mask_shape))
@@ -120,9 +123,9 @@ def test_a_bool_mask(fused) -> None:
 
 def test_non_contiguous_inputs(fused) -> None:
     # As models lay them out: [batch, length, heads, dim] projections, transposed.
-    q = torch.randn(2, 3, 8, 16).transpose(1, 2)
+    q = torch.randn(2, 20, 8, 16).transpose(1, 2)
     k, v = (torch.randn(2, 7, 2, 16).transpose(1, 2) for _ in range(2))
-    mask = torch.randn(2, 1, 7, 3).transpose(2, 3)
+    mask = torch.randn(2, 1, 7, 20).transpose(2, 3)
     result = fused(masked_attention, q, k, v, mask)
     assert result.after[str(aten.clone.default)] == 0 < result.before[str(aten.clone.default)]
     result.assert_close()
@@ -200,13 +203,13 @@ def test_one_token_attention_on_shared_heads_runs_as_rows_of_the_key_heads(trace
     assert attention_rows(graph) == [(2, 4)]
     (flash,) = [n for n in graph.gm.graph.nodes if n.target is FLASH]
     assert flash.kwargs["scale"] == 0.3
-    torch.testing.assert_close(graph.gm(*args)[0], shared_heads_attention(*args))
+    torch.testing.assert_close(graph.run(*args)[0], shared_heads_attention(*args))
 
 
 @pytest.mark.parametrize(
     ("q_shape", "mask_heads"),
-    [((2, 8, 3, 16), 1), ((2, 8, 1, 16), 8), ((2, 2, 1, 16), 1)],
-    ids=["three query rows", "a mask per head", "one head per key head"],
+    [((2, 8, 17, 16), 1), ((2, 8, 1, 16), 8), ((2, 2, 1, 16), 1)],
+    ids=["17 query positions", "a mask per head", "one head per key head"],
 )
 def test_shared_heads_the_rows_form_cannot_take_keep_their_kernel(
     traced, q_shape, mask_heads
@@ -240,3 +243,25 @@ def test_transformers_sdpa_decode_without_a_mask_runs_as_rows_of_the_key_heads(t
     for _ in range(2):
         q, k, v, _ = one_token_inputs(torch.bfloat16)
         torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "search", [masked_attention, shared_heads_attention], ids=["repeated", "shared"]
+)
+@pytest.mark.parametrize("mask_rows", [4, 1], ids=["a mask row per position", "one mask row"])
+def test_a_few_query_positions_run_as_rows_of_the_key_heads(traced, search, mask_rows) -> None:  # noqa: ANN001
+    # Four tokens verified at once (speculative decoding), laid out as models lay them out.
+    q = torch.randn(2, 4, 8, 16).transpose(1, 2)
+    k, v = torch.randn(2, 2, 7, 16), torch.randn(2, 2, 7, 16)
+    mask = torch.randn(2, 1, mask_rows, 7)
+
+    def attend(q, k, v, mask):  # noqa: ANN001, ANN202
+        # The output viewed as models view it: laid out as the query, or the view fails.
+        return search(q, k, v, mask).transpose(1, 2).view(2, 4, -1)
+
+    graph = traced(attend, q, k, v, mask)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    graph.gm.graph.lint()
+    assert graph.count(aten.expand.default) == (1 if mask_rows > 1 else 0)  # the mask's rows
+    assert attention_rows(graph) == [(2, 16)]
+    torch.testing.assert_close(graph.run(q, k, v, mask)[0], attend(q, k, v, mask))

@@ -8,17 +8,18 @@ attention kernels read shared heads directly (``enable_gqa=True``):
             %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k4, %v4, attn_mask=%m, scale=s)
     after:  %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k, %v, attn_mask=%m, scale=s)
 
-Two copies of the KV cache per layer and step disappear. With one query position (a decode step)
-and a mask shared by every head, the heads that share a key head become its query rows instead
-(``[batch, key heads, heads per key head, dim]``, attention without ``enable_gqa``), the form
-transformers runs for one token outside ``torch.compile``; so does an attention the graph already
-holds on shared heads (transformers' sdpa attention passes ``enable_gqa=True`` itself when there
-is no mask, eagerly too). Applied where the kernel can read the heads in place: query, key and
-value of one dtype and device, key and value of one shape, the query heads a multiple of the key
-heads, and a scale that is a number. Tolerance: bit-identical on CPU (the same kernel reads the
-same values in the same order); the one-token form equals transformers' own one-token form bit
-for bit, and the repeated or shared heads' within rounding (the kernel blocks the rows
-differently: up to 3e-7 in float32, 1e-3 in bfloat16).
+Two copies of the KV cache per layer and step disappear. With one query position (a decode step),
+or a few (``ROWS_FORM_MAX_QUERY_POSITIONS``), and a mask shared by every head, the heads that
+share a key head become its query rows instead (``[batch, key heads, heads per key head x
+positions, dim]``, attention without ``enable_gqa``), the form transformers runs for one token
+outside ``torch.compile``; so does an attention the graph already holds on shared heads
+(transformers' sdpa attention passes ``enable_gqa=True`` itself when there is no mask, eagerly
+too). Applied where the kernel can read the heads in place: query, key and value of one dtype and
+device, key and value of one shape, the query heads a multiple of the key heads, and a scale that
+is a number. Tolerance: bit-identical on CPU (the same kernel reads the same values in the same
+order); the one-token form equals transformers' own one-token form bit for bit, and the repeated
+or shared heads' within rounding (the kernel blocks the rows differently: up to 8e-7 in float32,
+1e-3 in bfloat16).
 """
 
 from __future__ import annotations
@@ -53,32 +54,54 @@ def masked_replace(q, k, v, mask, scale):  # noqa: ANN001, ANN201
 
 
 def grouped_attention(q, k, v, mask=None, scale=None):  # noqa: ANN001, ANN201
-    """Attention of query heads grouped on the key heads, read in place: for one query position
-    with a mask the same for every head, the key heads' query rows; else ``enable_gqa``."""
-    if one_query_row(q, mask):
+    """Attention of query heads grouped on the key heads, read in place: for a few query
+    positions with a mask the same for every head, the key heads' query rows; else
+    ``enable_gqa``."""
+    if few_query_rows(q, mask):
         return grouped_rows_attention(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
 
-def one_query_row(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
-    """One query position (a decode step) and no mask, or a mask the same for every head and
-    query row."""
-    one = statically_known_true
-    if q.dim() != 4 or not one(q.shape[2] == 1):
+ROWS_FORM_MAX_QUERY_POSITIONS = 8
+"""Up to this many query positions, the heads that share a key head run as its query rows. On
+the CPU kernel (16 heads on 8 of 128, batch 1 and 8, 128 and 1,024 positions cached, the copies
+of mask and output included) that form ran 4.1x-6.6x as fast as ``enable_gqa`` at one position
+in bfloat16 and 0.96x-1.66x at 2 to 8; in float32 0.98x-1.53x at one and 0.77x-1.66x at 2 to 8,
+the losses at batch 1 (5 to 65 us), the wins up to 3.5 ms; from 16 on it wins or loses by a
+little (``docs/notes/one-token-grouped-query-attention.md``)."""
+
+
+def few_query_rows(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Up to ``ROWS_FORM_MAX_QUERY_POSITIONS`` query positions (one: a decode step), known for
+    every value of the sizes, and no mask or a mask the same for every head."""
+    known = statically_known_true
+    if q.dim() != 4 or not known(q.shape[2] <= ROWS_FORM_MAX_QUERY_POSITIONS):
         return False
-    return mask is None or (mask.dim() == 4 and one(mask.shape[1] == 1) and one(mask.shape[2] == 1))
+    return mask is None or (mask.dim() == 4 and known(mask.shape[1] == 1))
 
 
 def grouped_rows_attention(q, k, v, mask, scale):  # noqa: ANN001, ANN201
-    """One query position's heads that share a key head as that head's query rows: a plain
-    attention over the key heads, ``[batch, key heads, heads per key head, dim]``, which the CPU
-    kernel runs 4.3x-6.6x faster than ``enable_gqa`` in bfloat16 and 1.0x-1.5x in float32
-    (what transformers runs for one token outside ``torch.compile``)."""
-    batch, heads, _, dim = q.shape
+    """A few query positions' heads that share a key head as that head's query rows: a plain
+    attention over the key heads, ``[batch, key heads, heads per key head x positions, dim]``,
+    which the CPU kernel runs 4.3x-6.6x faster than ``enable_gqa`` at one position in bfloat16
+    and 1.0x-1.5x in float32 (what transformers runs for one token outside ``torch.compile``).
+    A mask with a row per position is repeated for each head of a group (the rows of one head
+    come together); a mask of one row serves every row as it is."""
+    batch, heads, positions, dim = q.shape
     groups = k.shape[1]
-    rows = q.reshape(batch, groups, heads // groups, dim)
+    per_group = heads // groups
+    rows = q.reshape(batch, groups, per_group * positions, dim)
+    if mask is not None and not statically_known_true(mask.shape[2] == 1):
+        masks, _, _, length = mask.shape
+        tiled = mask.unsqueeze(2).expand(masks, 1, per_group, positions, length)
+        mask = tiled.reshape(masks, 1, per_group * positions, length)
     out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
-    return out.reshape(batch, heads, 1, dim)
+    out = out.reshape(batch, heads, positions, dim)
+    if statically_known_true(positions == 1):
+        return out
+    # Laid out as the kernel lays out its output, like the query (models transpose it from
+    # [batch, positions, heads, dim]): the graph's views of the output were traced on that.
+    return torch.ops.aten.copy.default(torch.empty_like(q), out)
 
 
 def causal_search(q, k, v, scale):  # noqa: ANN001, ANN201
@@ -131,16 +154,16 @@ def grouped_heads(match: Any) -> bool:
     )
 
 
-def shared_heads_at_one_row(match: Any) -> bool:
-    """Grouped heads (``grouped_heads``) that are not one per key head, read in place at one
-    query position with no mask or one mask row for every head (``one_query_row``)."""
+def shared_heads_in_few_rows(match: Any) -> bool:
+    """Grouped heads (``grouped_heads``) that are not one per key head, read in place at a few
+    query positions with no mask or a mask the same for every head (``few_query_rows``)."""
     if not grouped_heads(match):
         return False
     q, k = bound_tensors(match, "q", "k")
     mask = bound(match, "mask")
     if mask is not None and not isinstance(mask, torch.Tensor):
         return False
-    return statically_known_true(q.shape[1] != k.shape[1]) and one_query_row(q, mask)
+    return statically_known_true(q.shape[1] != k.shape[1]) and few_query_rows(q, mask)
 
 
 def register_scaled_attention(
@@ -175,4 +198,4 @@ def register(pass_dict: Any) -> None:
         (shared_search, shared_replace, [one_row, k, k.clone()]),
         (shared_masked_search, shared_masked_replace, [one_row, k, k.clone(), row_mask]),
     ):
-        register_scaled_attention(pass_dict, search, replace, inputs, shared_heads_at_one_row)
+        register_scaled_attention(pass_dict, search, replace, inputs, shared_heads_in_few_rows)
