@@ -7,6 +7,9 @@ Two loops, both greedy:
 - a fixed-shape one-token decode step writing a ``transformers.StaticCache`` in place: one key,
   replayed on every step, its KV writes landing in the caller's cache.
 
+And a step of four tokens over a ``StaticCache`` (speculative decoding's verify step), against
+eager's.
+
 Counters are read through ``npugraph_ex.stats()``. Each test zeroes them first; graphs of earlier
 tests may still be alive, but they are not called here, so totals count this test's calls only.
 """
@@ -228,6 +231,36 @@ def test_static_cache_decode_replays_and_writes_callers_cache(
                 assert kernels.total() == done["captures"]
         else:
             assert done == Counter(replays=calls)
+
+
+def test_tokens_checked_four_at_a_time_match_eager(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], device: str
+) -> None:
+    # A speculative decoding's verify step: 4 positions at once over a StaticCache, whose
+    # grouped heads run as query rows of the key heads (few enough positions); one key, replayed
+    # at each new start.
+    transformers = pytest.importorskip("transformers")
+    npugraph_ex.reset_stats()
+    model = tiny_qwen3_config().to(device)
+    step = decode_step(model)
+    compiled = torch.compile(decode_step(model), backend="npugraph_ex", fullgraph=True)
+    eager_cache, cache = (
+        transformers.StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN) for _ in range(2)
+    )
+    prompt, prompt_positions = prompt_ids(model, device, 0), torch.arange(PROMPT_LEN, device=device)
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        step(prompt, prompt_positions, eager_cache)
+        step(prompt, prompt_positions, cache)
+        before = counts()
+        for start in range(PROMPT_LEN, PROMPT_LEN + 12, 4):
+            ids = torch.randint(0, model.config.vocab_size, (1, 4), generator=generator)
+            positions = torch.arange(start, start + 4, device=device)
+            expected = step(ids.to(device), positions, eager_cache)
+            actual = compiled(ids.to(device), positions, cache)
+            torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
+    assert_caches_close(cache, eager_cache)
+    assert counts() - before == Counter(captures=1, replays=2)
 
 
 def test_growing_sequence_is_the_same_with_pools_shared_or_per_key(
