@@ -46,11 +46,10 @@ from common import (
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     scaled,
     settings_of,
     spread,
@@ -148,10 +147,8 @@ def run_rows(rows: int, weights: list[torch.Tensor], args: argparse.Namespace) -
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, count: int) -> None:
-    print()
-    print(environment_line(environment()))
     plus = ", each plus a bias (addmm; split: baddbmm)" if args.bias else ""
-    print(
+    print_heading(
         f"{args.preset}: {count} weight matrices in {args.dtype}{plus}; "
         f"median of {args.repeats} interleaved repeats"
     )

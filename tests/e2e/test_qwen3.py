@@ -255,9 +255,9 @@ def test_tokens_checked_four_at_a_time_match_eager(
         before = counts()
         for start in range(PROMPT_LEN, PROMPT_LEN + 12, 4):
             ids = torch.randint(0, model.config.vocab_size, (1, 4), generator=generator)
-            positions = torch.arange(start, start + 4, device=device)
-            expected = step(ids.to(device), positions, eager_cache)
-            actual = compiled(ids.to(device), positions, cache)
+            ids, positions = ids.to(device), torch.arange(start, start + 4, device=device)
+            expected = step(ids, positions, eager_cache)
+            actual = compiled(ids, positions, cache)
             torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
     assert_caches_close(cache, eager_cache)
     assert counts() - before == Counter(captures=1, replays=2)

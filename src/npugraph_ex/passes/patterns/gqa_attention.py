@@ -127,10 +127,6 @@ def shared_masked_search(q, k, v, mask, scale):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
 
-def shared_masked_replace(q, k, v, mask, scale):  # noqa: ANN001, ANN201
-    return grouped_rows_attention(q, k, v, mask, scale)
-
-
 def scale_is_a_number(match: Any) -> bool:
     """The fused kernels take the scale as a Python number (or none: the default); a graph may
     multiply by a 0-d tensor instead, which they cannot take. (Absent: a number the re-check
@@ -196,6 +192,6 @@ def register(pass_dict: Any) -> None:
     one_row, row_mask = torch.randn(1, 4, 1, 8), torch.zeros(1, 1, 1, 5)
     for search, replace, inputs in (
         (shared_search, shared_replace, [one_row, k, k.clone()]),
-        (shared_masked_search, shared_masked_replace, [one_row, k, k.clone(), row_mask]),
+        (shared_masked_search, masked_replace, [one_row, k, k.clone(), row_mask]),
     ):
         register_scaled_attention(pass_dict, search, replace, inputs, shared_heads_in_few_rows)
