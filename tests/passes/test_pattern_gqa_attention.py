@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.runtime.platform import platform_for
 
 aten = torch.ops.aten
 FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -265,3 +266,24 @@ def test_a_few_query_positions_run_as_rows_of_the_key_heads(traced, search, mask
     assert graph.count(aten.expand.default) == (1 if mask_rows > 1 else 0)  # the mask's rows
     assert attention_rows(graph) == [(2, 16)]
     torch.testing.assert_close(graph.run(q, k, v, mask)[0], attend(q, k, v, mask))
+
+
+@pytest.mark.parametrize(
+    ("most", "positions", "rows"),
+    [(0, 1, [(8, 1)]), (2, 2, [(2, 8)]), (2, 3, [(8, 3)])],
+    ids=["none on the device", "as many as it runs", "one more"],
+)
+def test_the_device_platform_says_how_many_positions_run_as_rows(
+    traced, monkeypatch, most, positions, rows
+) -> None:  # noqa: ANN001
+    monkeypatch.setattr(
+        type(platform_for("cpu")), "grouped_rows_max_positions", lambda platform: most
+    )
+    q, k, v = torch.randn(2, 8, positions, 16), torch.randn(2, 2, 7, 16), torch.randn(2, 2, 7, 16)
+    mask = torch.randn(2, 1, positions, 7)
+    graph = traced(masked_attention, q, k, v, mask, dynamic=False)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert attention_rows(graph) == rows
+    (flash,) = [n for n in graph.gm.graph.nodes if n.target is FLASH]
+    assert flash.args[1].meta["val"].shape[1] == 2  # the key heads, read in place
+    torch.testing.assert_close(graph.run(q, k, v, mask)[0], masked_attention(q, k, v, mask))

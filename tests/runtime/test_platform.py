@@ -53,6 +53,7 @@ def test_the_defaults_rewrite_no_product_and_specialise_no_key(
     assert platform.static_kernel_products() == ()
     assert not platform.cpp_wrapper()
     assert platform.key_rule() is None
+    assert platform.grouped_rows_max_positions() == 0
 
 
 def test_devices_with_fused_kernels_list_what_this_torch_has() -> None:

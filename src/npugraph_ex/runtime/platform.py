@@ -105,6 +105,12 @@ class Platform:
         empty: Inductor's own decompositions, untouched (``kernels/decompositions``)."""
         return ()
 
+    def grouped_rows_max_positions(self) -> int:
+        """Most query positions at which the query heads that share a key head run as that
+        head's query rows, a plain attention over the key heads, rather than as ``enable_gqa``
+        reads them (``passes/patterns/gqa_attention``); 0: never."""
+        return 0
+
     def cpp_wrapper(self) -> bool:
         """Whether Inductor generates a key's static kernels with its C++ wrapper
         (``kernels/static_compile``)."""

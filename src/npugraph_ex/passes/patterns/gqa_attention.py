@@ -9,7 +9,8 @@ attention kernels read shared heads directly (``enable_gqa=True``):
     after:  %o = _scaled_dot_product_flash_attention_for_cpu(%q, %k, %v, attn_mask=%m, scale=s)
 
 Two copies of the KV cache per layer and step disappear. With one query position (a decode step),
-or a few (``ROWS_FORM_MAX_QUERY_POSITIONS``), and a mask shared by every head, the heads that
+or a few (as many as the device's platform says pay: ``Platform.grouped_rows_max_positions``, 8
+on CPU, none elsewhere until measured), and a mask shared by every head, the heads that
 share a key head become its query rows instead (``[batch, key heads, heads per key head x
 positions, dim]``, attention without ``enable_gqa``), the form transformers runs for one token
 outside ``torch.compile``; so does an attention the graph already holds on shared heads
@@ -32,6 +33,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.passes.patterns.checks import bound, bound_tensors, is_number, one_kind, same_shape
 from npugraph_ex.passes.patterns.registry import add_replacement
+from npugraph_ex.runtime.platform import platform_for
 
 SCALE = 0.125
 
@@ -62,20 +64,13 @@ def grouped_attention(q, k, v, mask=None, scale=None):  # noqa: ANN001, ANN201
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
 
-ROWS_FORM_MAX_QUERY_POSITIONS = 8
-"""Up to this many query positions, the heads that share a key head run as its query rows. On
-the CPU kernel (16 heads on 8 of 128, batch 1 and 8, 128 and 1,024 positions cached, the copies
-of mask and output included) that form ran 4.1x-6.6x as fast as ``enable_gqa`` at one position
-in bfloat16 and 0.96x-1.66x at 2 to 8; in float32 0.98x-1.53x at one and 0.77x-1.66x at 2 to 8,
-the losses at batch 1 (5 to 65 us), the wins up to 3.5 ms; from 16 on it wins or loses by a
-little (``docs/notes/one-token-grouped-query-attention.md``)."""
-
-
 def few_query_rows(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
-    """Up to ``ROWS_FORM_MAX_QUERY_POSITIONS`` query positions (one: a decode step), known for
-    every value of the sizes, and no mask or a mask the same for every head."""
+    """No more query positions (one: a decode step) than the platform of the query's device runs
+    as rows (``Platform.grouped_rows_max_positions``), known for every value of the sizes, and
+    no mask or a mask the same for every head."""
     known = statically_known_true
-    if q.dim() != 4 or not known(q.shape[2] <= ROWS_FORM_MAX_QUERY_POSITIONS):
+    most = platform_for(q.device.type).grouped_rows_max_positions()
+    if q.dim() != 4 or not known(q.shape[2] <= most):
         return False
     return mask is None or (mask.dim() == 4 and known(mask.shape[1] == 1))
 

@@ -90,6 +90,15 @@ one-row products on 2 threads ran 1.65x faster than ATen's ``mm`` as Inductor's 
 bfloat16, 2.1x in float32, 1.0x in float16 (whose ``mm`` uses both threads; the one-thread probe
 reads 1.6x, and the kernel tier's trial keeps whichever form is faster)."""
 
+GROUPED_ROWS_MAX_POSITIONS = 8
+"""Most query positions whose grouped heads run as rows of their key heads. On the CPU kernel (16
+heads on 8 of 128, batch 1 and 8, 128 and 1,024 positions cached, the copies of mask and output
+included) that form ran 4.1x-6.6x as fast as ``enable_gqa`` at one position in bfloat16 and
+0.96x-1.66x at 2 to 8; in float32 0.98x-1.53x at one and 0.77x-1.66x at 2 to 8, the losses at
+batch 1 (5 to 65 us), the wins up to 3.5 ms; from 16 on it wins or loses by a little (``python
+benchmarks/one_token_attention.py --query-rows 1 2 4 8 16 32``,
+``docs/notes/one-token-grouped-query-attention.md``)."""
+
 
 def linear_takes_rows(rows: int) -> bool:
     """Whether a product of ``rows`` rows (a plain count) runs through oneDNN: at least
@@ -191,6 +200,9 @@ class CpuPlatform(Platform):
         """Few rows as reductions where they pay (``reduction_pays``), then products by a
         weight through oneDNN."""
         return (REDUCTION, ONEDNN_LINEAR)
+
+    def grouped_rows_max_positions(self) -> int:
+        return GROUPED_ROWS_MAX_POSITIONS
 
     def cpp_wrapper(self) -> bool:
         return True
