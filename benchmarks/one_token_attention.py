@@ -14,6 +14,9 @@ length and positions:
 - repeated: the key and value heads copied for every query head first (``repeat_kv``, what the
   graph holds before the pattern).
 
+Each output is read back as models read it, ``transpose(1, 2).contiguous()``: free where the
+kernel laid the output out like the query (grouped, repeated), one copy for the rows form.
+
     python benchmarks/one_token_attention.py
     python benchmarks/one_token_attention.py --query-rows 1 2 4 8 16 32 --batches 1 --lengths 1024
 
@@ -79,7 +82,13 @@ def forms(
         k_all, v_all = (t.repeat_interleave(per_group, dim=1) for t in (k, v))
         return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
 
-    return {"grouped": grouped, "rows": rows, "repeated": repeated}
+    def read_as_models_do(form: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: form().transpose(1, 2).contiguous()
+
+    return {
+        name: read_as_models_do(form)
+        for name, form in (("grouped", grouped), ("rows", rows), ("repeated", repeated))
+    }
 
 
 def run(

@@ -1,7 +1,8 @@
 """Replace known op patterns by fused forms (``pattern_fusion_pass``).
 
 The patterns live in ``npugraph_ex.passes.patterns`` (built-in ones, and those users add with
-``npugraph_ex.register_replacement``); see there for what each replaces and its tolerance.
+``npugraph_ex.register_replacement``); see there for what each replaces and its tolerance. A view
+that a replacement's output layout no longer fits reads a copy (``replaced_layouts``).
 
     before: %k4 = repeat_kv(%k); %o = sdpa(%q, %k4, %v4)
     after:  %o = sdpa(%q, %k, %v, enable_gqa)
@@ -28,6 +29,7 @@ from npugraph_ex.passes.patterns.builtin import (
     register_for,
 )
 from npugraph_ex.passes.patterns.eager_attention import copies_an_operand
+from npugraph_ex.passes.replaced_layouts import layouts_kept
 
 CAPTURE_PATTERNS = "npugraph_ex.capture_patterns"
 """``gm.meta`` key, True once the capture-only patterns ran on the graph: the keys of a graph
@@ -49,9 +51,10 @@ def fuse_patterns(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         register_for(dtype)
         if copies:
             register_copied_operands_for(dtype)
-    replaced = registry().apply(gm.graph)
-    if replaced:
-        gm.graph.eliminate_dead_code()
+    with layouts_kept(gm.graph):
+        replaced = registry().apply(gm.graph)
+        if replaced:
+            gm.graph.eliminate_dead_code()
     if not config.static_kernel_compile and not gm.meta.get(DEFER_CAPTURE_PATTERNS):
         fuse_capture_patterns(gm)
 
@@ -65,8 +68,9 @@ def input_dtypes(gm: torch.fx.GraphModule) -> set[torch.dtype]:
 def fuse_capture_patterns(gm: torch.fx.GraphModule) -> None:
     """The patterns for a captured replay only (their ``out=`` and split forms are not what
     Inductor lowers)."""
-    replaced = capture_registry().apply(gm.graph)
-    replaced += product_registry().apply(gm.graph)
+    with layouts_kept(gm.graph):
+        replaced = capture_registry().apply(gm.graph)
+        replaced += product_registry().apply(gm.graph)
+        if replaced:
+            gm.graph.eliminate_dead_code()
     gm.meta[CAPTURE_PATTERNS] = True
-    if replaced:
-        gm.graph.eliminate_dead_code()

@@ -91,12 +91,7 @@ def grouped_rows_attention(q, k, v, mask, scale):  # noqa: ANN001, ANN201
         tiled = mask.unsqueeze(2).expand(masks, 1, per_group, positions, length)
         mask = tiled.reshape(masks, 1, per_group * positions, length)
     out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
-    out = out.reshape(batch, heads, positions, dim)
-    if statically_known_true(positions == 1):
-        return out
-    # Laid out as the kernel lays out its output, like the query (models transpose it from
-    # [batch, positions, heads, dim]): the graph's views of the output were traced on that.
-    return torch.ops.aten.copy.default(torch.empty_like(q), out)
+    return out.reshape(batch, heads, positions, dim)
 
 
 def causal_search(q, k, v, scale):  # noqa: ANN001, ANN201

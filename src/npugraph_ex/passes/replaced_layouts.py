@@ -1,0 +1,159 @@
+"""Views that the layout of a replacement's output no longer fits, given a contiguous copy.
+
+A pattern's replacement computes the values of what it replaces, but not always in the same
+layout: an attention kernel lays its output out like its query where the written-out products
+made it contiguous, a product may come out transposed. The graph's views past it were traced on
+the old layout, and a view the new one cannot serve stops the replay ("view size is not
+compatible with input tensor's size and stride"). After the patterns, the values from the
+replaced nodes down are worked out again on fake tensors (only as far as a layout changed), and
+such a view reads a contiguous copy of its input, as a reshape would:
+
+    before: %o = mm(%b_t, %a_t) -> %t = t(%o) -> %flat = view(%t, [-1])          (fails)
+    after:  %o = mm(%b_t, %a_t) -> %t = t(%o) -> %c = clone(%t, contiguous) -> view(%c, [-1])
+
+A graph output whose layout changed is copied back into the layout it had (contiguous or
+channels-last), as eager returns it and Inductor keeps it. A view that still fits, and every graph
+no replacement touched, stay as they are. A node whose value is not worked out again (an op that
+writes in place, one without a fake kernel, a data-dependent size) ends the walk there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+aten = torch.ops.aten
+VIEW = aten.view.default
+
+
+@contextlib.contextmanager
+def layouts_kept(graph: torch.fx.Graph) -> Iterator[None]:
+    """Around replacements in ``graph``: afterwards, each view past a replacement whose input's
+    layout it no longer fits reads a contiguous copy of that input, and each graph output whose
+    layout changed is copied back into its own (contiguous or channels-last)."""
+    earlier = set(graph.nodes)
+    outputs = [output_value(node) for node in output_nodes(graph)]
+    yield
+    if set(graph.nodes) == earlier:
+        return
+    mode = detect_fake_mode([node.meta.get("val") for node in graph.find_nodes(op="placeholder")])
+    if mode is not None:
+        moved = fit_views(graph, earlier, mode)
+        restore_outputs(graph, outputs, moved, mode)
+
+
+def fit_views(graph: torch.fx.Graph, earlier: set[torch.fx.Node], mode: Any) -> set[torch.fx.Node]:
+    """Work the values past the nodes not in ``earlier`` out again, as far as a layout changed,
+    giving each view that no longer fits a contiguous copy of its input; returns the nodes whose
+    values are new or moved."""
+    moved = {node for node in graph.nodes if node not in earlier}
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node not in earlier:
+            continue  # a replacement's own nodes were traced on their inputs' values
+        if not any(source in moved for source in node.all_input_nodes):
+            continue
+        value = fake_value(node, mode)
+        if value is None and node.target is VIEW:
+            node.args = (contiguous_copy(graph, node.args[0], mode, node), *node.args[1:])
+            value = fake_value(node, mode)
+        if value is None:
+            continue
+        if not same_layout(value, node.meta.get("val")):
+            moved.add(node)
+        node.meta["val"] = value
+    return moved
+
+
+def restore_outputs(
+    graph: torch.fx.Graph, before: list[Any], moved: set[torch.fx.Node], mode: Any
+) -> None:
+    """Copy each graph output whose layout moved back into its layout of ``before``, where that
+    was contiguous or channels-last (as eager returns it, and Inductor keeps it)."""
+    output = graph.output_node()
+    nodes = output_nodes(graph)
+    if len(nodes) != len(before):
+        return
+    restored = list(nodes)
+    for index, (node, old) in enumerate(zip(nodes, before, strict=True)):
+        value = output_value(node)
+        if node not in moved or not isinstance(old, torch.Tensor) or same_layout(value, old):
+            continue
+        layout = dense_layout(old)
+        if layout is not None and isinstance(value, torch.Tensor):
+            restored[index] = contiguous_copy(graph, node, mode, output, layout)
+    output.args = (type(output.args[0])(restored),)
+
+
+def output_nodes(graph: torch.fx.Graph) -> list[Any]:
+    values = graph.output_node().args[0]
+    return list(values) if isinstance(values, (tuple, list)) else [values]
+
+
+def output_value(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def dense_layout(value: torch.Tensor) -> torch.memory_format | None:
+    """The memory format that lays out ``value`` as it is, if one does."""
+    for layout in (torch.contiguous_format, torch.channels_last):
+        if layout is torch.channels_last and value.dim() != 4:
+            continue
+        if value.is_contiguous(memory_format=layout):
+            return layout
+    return None
+
+
+def fake_value(node: torch.fx.Node, mode: Any) -> Any:
+    """``node``'s value worked out from its inputs' recorded values; None where it cannot be."""
+    if node.target is not operator.getitem and not (
+        isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable
+    ):
+        return None  # an op that writes in place could change its inputs' recorded values
+    values = torch.fx.node.map_arg((node.args, node.kwargs), lambda source: source.meta.get("val"))
+    try:
+        with mode:
+            return node.target(*values[0], **values[1])
+    except Exception:  # noqa: BLE001 - any failure leaves the node as it was
+        return None
+
+
+def contiguous_copy(
+    graph: torch.fx.Graph,
+    source: torch.fx.Node,
+    mode: Any,
+    before: torch.fx.Node,
+    layout: torch.memory_format = torch.contiguous_format,
+) -> torch.fx.Node:
+    """A copy of ``source`` laid out as ``layout``, put in before ``before``."""
+    with graph.inserting_before(before):
+        copy = graph.call_function(aten.clone.default, (source,), {"memory_format": layout})
+    with mode:
+        copy.meta["val"] = source.meta["val"].clone(memory_format=layout)
+    return copy
+
+
+def same_layout(new: Any, old: Any) -> bool:
+    """Whether two values (tensors, or tuples of them) have one shape, stride and offset each,
+    known for every value of their sizes."""
+    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
+        return len(new) == len(old) and all(map(same_layout, new, old))
+    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
+        return not isinstance(new, torch.Tensor) and not isinstance(old, torch.Tensor)
+    return (
+        new.dim() == old.dim()
+        and known_equal(new.shape, old.shape)
+        and known_equal(new.stride(), old.stride())
+        and known_equal([new.storage_offset()], [old.storage_offset()])
+    )
+
+
+def known_equal(first: Sequence[Any], second: Sequence[Any]) -> bool:
+    """Sizes of one length, each pair equal for every value of the symbols in them."""
+    return all(statically_known_true(a == b) for a, b in zip(first, second, strict=True))

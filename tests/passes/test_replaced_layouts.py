@@ -1,0 +1,82 @@
+"""A replacement whose output comes out in another layout: the views past it that no longer fit
+read a contiguous copy, and the graph's outputs keep eager's layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npugraph_ex
+from npugraph_ex.config import Config
+from npugraph_ex.passes.fuse_patterns import fuse_patterns
+
+aten = torch.ops.aten
+
+
+def product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, b)
+
+
+def transposed_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The same values, laid out column by column."""
+    return torch.mm(b.t(), a.t()).t()
+
+
+@pytest.fixture(autouse=True)
+def transposing(scratch_registry: None) -> None:
+    npugraph_ex.register_replacement(
+        product, transposed_product, [torch.randn(3, 4), torch.randn(4, 5)]
+    )
+
+
+def flattened(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, b).view(-1) * 2
+
+
+def split_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, b).view(2, 3, 8) * 2
+
+
+def inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(6, 4), torch.randn(4, 8)
+
+
+def test_a_view_the_new_layout_cannot_serve_reads_a_contiguous_copy(traced) -> None:  # noqa: ANN001
+    a, b = inputs()
+    graph = traced(flattened, a, b)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert graph.count(aten.clone.default) == 1
+    (copy,) = [node for node in graph.gm.graph.nodes if node.target is aten.clone.default]
+    assert copy.kwargs == {"memory_format": torch.contiguous_format}
+    assert [user.target for user in copy.users] == [aten.view.default]
+    torch.testing.assert_close(graph.run(a, b)[0], flattened(a, b))
+
+
+def test_a_view_that_still_fits_reads_the_output_in_place(traced) -> None:  # noqa: ANN001
+    a, b = inputs()
+    graph = traced(split_rows, a, b)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (view,) = [node for node in graph.gm.graph.nodes if node.target is aten.view.default]
+    assert view.args[0].target is aten.t.default  # the replacement's output, read in place
+    # The product of the output with 2 is laid out as the view, column by column: the graph's
+    # output is copied back into eager's layout, and only it.
+    (output,) = graph.gm.graph.output_node().args[0]
+    assert output.target is aten.clone.default and output.args[0].target is aten.mul.Tensor
+    assert graph.count(aten.clone.default) == 1
+    out = graph.run(a, b)[0]
+    torch.testing.assert_close(out, split_rows(a, b))
+    assert out.is_contiguous()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("fn", [flattened, product], ids=["viewed", "returned"])
+@torch.no_grad()
+def test_replays_give_eager_values_in_eager_layout(fn, dynamic) -> None:  # noqa: ANN001
+    compiled = torch.compile(
+        fn, backend="npugraph_ex", dynamic=dynamic, options={"static_kernel_compile": False}
+    )
+    for rows in (6, 6, 9):
+        a, b = torch.randn(rows, 4), torch.randn(4, 8)
+        out, expected = compiled(a, b), fn(a, b)
+        torch.testing.assert_close(out, expected)
+        assert out.stride() == expected.stride()
