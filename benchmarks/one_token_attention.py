@@ -20,13 +20,15 @@ kernel laid the output out like the query (grouped, repeated), one copy for the 
     python benchmarks/one_token_attention.py
     python benchmarks/one_token_attention.py --query-rows 1 2 4 8 16 32 --batches 1 --lengths 1024
 
-``--decode PRESET``: a decode step of that Qwen3 over a ``DynamicCache`` of ``--lengths``
-positions and no padding, where transformers' sdpa attention passes ``enable_gqa=True`` itself
-(no mask), eagerly and under ``torch.compile``; timed eagerly and as the ATen replay with the
-grouped-query pattern's one-token rows form and without it (the shared heads left to
-``enable_gqa``, the graph before the pattern took them).
+``--decode PRESET``: a step of that Qwen3 over a ``DynamicCache`` of ``--lengths`` positions and
+no padding, for each of ``--query-rows`` new tokens (one: a decode step, where transformers' sdpa
+attention passes ``enable_gqa=True`` itself, no mask; more: tokens verified at once, with a causal
+mask and the heads repeated); timed eagerly and as the ATen replay with the grouped-query
+pattern's rows form and without it (the CPU platform answering that no position runs as rows:
+every grouped attention as ``enable_gqa``).
 
     python benchmarks/one_token_attention.py --decode qwen3-0.6b --dtypes bfloat16
+    python benchmarks/one_token_attention.py --decode qwen3-0.6b --query-rows 4 --batches 1 8
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ from transformers import DynamicCache
 
 from npugraph_ex.bench.decode import cache_keyword
 from npugraph_ex.bench.variants import own_code
-from npugraph_ex.passes.patterns import gqa_attention
 from npugraph_ex.passes.patterns.gqa_attention import grouped_rows_attention
+from npugraph_ex.runtime.platform import platform_for
 
 NAME = "one_token_attention"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -110,22 +112,22 @@ def run(
     }
 
 
-def shared_heads_kept(q, k, v, mask, scale):  # noqa: ANN001, ANN201
-    """The pattern's one-token form undone: attention on the shared heads (``enable_gqa``)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+NO_ROWS_FORM = {"grouped_rows_max_positions": lambda platform: 0}
+"""The CPU platform's answer set to no position: every grouped attention as ``enable_gqa``."""
 
 
 def decode_forms(
-    dtype: str, batch: int, length: int, args: argparse.Namespace
+    dtype: str, batch: int, length: int, positions: int, args: argparse.Namespace
 ) -> dict[str, Callable[[], Any]]:
-    """One decode step of ``args.decode`` over a fresh ``DynamicCache`` of ``length`` positions
-    per call: eagerly, and replayed with the shared heads as rows and as ``enable_gqa``."""
+    """One step of ``positions`` tokens of ``args.decode`` over a fresh ``DynamicCache`` of
+    ``length`` positions per call: eagerly, and replayed with the shared heads as rows and as
+    ``enable_gqa``."""
     bench = build(args.decode, max_cache_len=length + 1, seed=0, dtype=dtype)
     model, config = bench.model, bench.config
     shape = (batch, config.num_key_value_heads, length, config.head_dim)
     layers = range(config.num_hidden_layers)
     keys, values = ([torch.randn(shape, dtype=model.dtype) for _ in layers] for _ in range(2))
-    ids, keyword = torch.ones(batch, 1, dtype=torch.long), cache_keyword(model)
+    ids, keyword = torch.ones(batch, positions, dtype=torch.long), cache_keyword(model)
 
     def step(ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
         cache = DynamicCache(config=config)
@@ -134,8 +136,7 @@ def decode_forms(
         return model(ids, use_cache=True, **{keyword: cache}).logits
 
     forms: dict[str, Callable[[], Any]] = {"eager": lambda: step(ids, keys, values)}
-    kept = {"grouped_rows_attention": shared_heads_kept}
-    for name, settings in (("replay, enable_gqa", kept), ("replay, rows", {})):
+    for name, settings in (("replay, enable_gqa", NO_ROWS_FORM), ("replay, rows", {})):
         compiled = torch.compile(
             own_code(step, name),
             backend="npugraph_ex",
@@ -143,14 +144,16 @@ def decode_forms(
             dynamic=False,
             options={"static_kernel_compile": False},
         )
-        with attributes_set(gqa_attention, settings):
+        with attributes_set(type(platform_for("cpu")), settings):
             compiled(ids, keys, values)  # compiled and captured in this form
         forms[name] = lambda compiled=compiled: compiled(ids, keys, values)
     return forms
 
 
-def run_decode(dtype: str, batch: int, length: int, args: argparse.Namespace) -> dict[str, Any]:
-    fns = decode_forms(dtype, batch, length, args)
+def run_decode(
+    dtype: str, batch: int, length: int, positions: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    fns = decode_forms(dtype, batch, length, positions, args)
     reference = fns["eager"]().float()
     diff = max(float((fns[f]().float() - reference).abs().max()) for f in fns)
     blocks = {name: (lambda fn=fn: time_calls(fn, args.calls)) for name, fn in fns.items()}
@@ -160,6 +163,7 @@ def run_decode(dtype: str, batch: int, length: int, args: argparse.Namespace) ->
         "dtype": dtype,
         "batch": batch,
         "length": length,
+        "positions": positions,
         "median_ms": {name: round(median(ts) * 1e3, 3) for name, ts in times.items()},
         "speed_up": {name: round(eager / median(ts), 3) for name, ts in times.items()},
         "per_repeat_ms": {name: scaled(ts, 1e3) for name, ts in times.items()},
@@ -169,17 +173,18 @@ def run_decode(dtype: str, batch: int, length: int, args: argparse.Namespace) ->
 
 def report_decode(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print_heading(
-        f"{args.decode} decode step over a DynamicCache, no mask, ms per step; median of "
+        f"{args.decode} step over a DynamicCache (no mask at one position), ms per step; median of "
         f"{args.repeats} interleaved repeats of {args.calls} calls"
     )
     rows = [
-        [r["dtype"], r["batch"], r["length"]]
+        [r["dtype"], r["batch"], r["length"], r["positions"]]
         + [f"{ms} ({r['speed_up'][name]:.2f}x)" for name, ms in r["median_ms"].items()]
         + [f"{r['max_abs_diff_logits']:.2g}"]
         for r in results
     ]
     names = list(results[0]["median_ms"]) if results else []
-    print(format_table(["dtype", "batch", "length", *names, "max |diff| logits"], rows))
+    headers = ["dtype", "batch", "length", "positions", *names, "max |diff| logits"]
+    print(format_table(headers, rows))
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -234,12 +239,9 @@ def main(argv: list[str] | None = None) -> None:
         for length in args.lengths
     ]
     with torch.no_grad():
-        if args.decode:
-            results = [run_decode(*shape, args) for shape in shapes]
-            report_decode(results, args)
-        else:
-            results = [run(*shape, rows, args) for shape in shapes for rows in args.query_rows]
-            report(results, args)
+        measure, show = (run_decode, report_decode) if args.decode else (run, report)
+        results = [measure(*shape, rows, args) for shape in shapes for rows in args.query_rows]
+        show(results, args)
     write_json(args.out, NAME, settings_of(args), results)
 
 
