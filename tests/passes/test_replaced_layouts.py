@@ -80,3 +80,17 @@ def test_replays_give_eager_values_in_eager_layout(fn, dynamic) -> None:  # noqa
         out, expected = compiled(a, b), fn(a, b)
         torch.testing.assert_close(out, expected)
         assert out.stride() == expected.stride()
+
+
+def strided_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # Reads the product's memory as it was laid out when traced: row by row.
+    return torch.mm(a, b).as_strided((3, 8), (16, 1)) * 2
+
+
+def test_as_strided_reads_its_input_in_the_layout_it_was_traced_on(traced) -> None:  # noqa: ANN001
+    a, b = inputs()
+    graph = traced(strided_rows, a, b)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (strided,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
+    assert strided.args[0].target is aten.clone.default
+    torch.testing.assert_close(graph.run(a, b)[0], strided_rows(a, b))

@@ -1,4 +1,4 @@
-"""Views that the layout of a replacement's output no longer fits, given a contiguous copy.
+"""Views and outputs that a replacement's output layout no longer fits, given a copy that fits.
 
 A pattern's replacement computes the values of what it replaces, but not always in the same
 layout: an attention kernel lays its output out like its query where the written-out products
@@ -12,9 +12,11 @@ such a view reads a contiguous copy of its input, as a reshape would:
     after:  %o = mm(%b_t, %a_t) -> %t = t(%o) -> %c = clone(%t, contiguous) -> view(%c, [-1])
 
 A graph output whose layout changed is copied back into the layout it had (contiguous or
-channels-last), as eager returns it and Inductor keeps it. A view that still fits, and every graph
-no replacement touched, stay as they are. A node whose value is not worked out again (an op that
-writes in place, one without a fake kernel, a data-dependent size) ends the walk there.
+channels-last), as eager returns it and Inductor keeps it; so is the input of an ``as_strided``,
+which reads memory as laid out (it would read other values, silently). A view that still fits,
+and every graph no replacement touched, stay as they are. A node whose value is not worked out
+again (an op that writes in place, one without a fake kernel, a data-dependent size) ends the
+walk there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 VIEW = aten.view.default
+STRIDED = aten.as_strided.default
 
 
 @contextlib.contextmanager
@@ -40,28 +43,40 @@ def layouts_kept(graph: torch.fx.Graph) -> Iterator[None]:
     layout changed is copied back into its own (contiguous or channels-last)."""
     earlier = set(graph.nodes)
     outputs = [output_value(node) for node in output_nodes(graph)]
+    strided = {
+        node: output_value(node.args[0])
+        for node in graph.find_nodes(op="call_function", target=STRIDED)
+    }
     yield
     if set(graph.nodes) == earlier:
         return
     mode = detect_fake_mode([node.meta.get("val") for node in graph.find_nodes(op="placeholder")])
     if mode is not None:
-        moved = fit_views(graph, earlier, mode)
+        moved = fit_views(graph, earlier, strided, mode)
         restore_outputs(graph, outputs, moved, mode)
 
 
-def fit_views(graph: torch.fx.Graph, earlier: set[torch.fx.Node], mode: Any) -> set[torch.fx.Node]:
+def fit_views(
+    graph: torch.fx.Graph,
+    earlier: set[torch.fx.Node],
+    strided: dict[torch.fx.Node, Any],
+    mode: Any,
+) -> set[torch.fx.Node]:
     """Work the values past the nodes not in ``earlier`` out again, as far as a layout changed,
-    giving each view that no longer fits a contiguous copy of its input; returns the nodes whose
-    values are new or moved."""
+    giving each view that no longer fits a contiguous copy of its input, and each ``as_strided``
+    (which reads its input's memory as laid out) a copy in the layout its input had before
+    (``strided``); returns the nodes whose values are new or moved."""
     moved = {node for node in graph.nodes if node not in earlier}
     for node in list(graph.nodes):
         if node.op != "call_function" or node not in earlier:
             continue  # a replacement's own nodes were traced on their inputs' values
         if not any(source in moved for source in node.all_input_nodes):
             continue
+        if node in strided:
+            lay_out_as_before(graph, node, strided[node], mode)
         value = fake_value(node, mode)
         if value is None and node.target is VIEW:
-            node.args = (contiguous_copy(graph, node.args[0], mode, node), *node.args[1:])
+            node.args = (copy_laid_out(graph, node.args[0], mode, node), *node.args[1:])
             value = fake_value(node, mode)
         if value is None:
             continue
@@ -87,8 +102,20 @@ def restore_outputs(
             continue
         layout = dense_layout(old)
         if layout is not None and isinstance(value, torch.Tensor):
-            restored[index] = contiguous_copy(graph, node, mode, output, layout)
+            restored[index] = copy_laid_out(graph, node, mode, output, layout)
     output.args = (type(output.args[0])(restored),)
+
+
+def lay_out_as_before(graph: torch.fx.Graph, node: torch.fx.Node, before: Any, mode: Any) -> None:
+    """Give the ``as_strided`` ``node`` a copy of its input in the layout it had ``before``, where
+    that layout moved and was contiguous or channels-last."""
+    source = node.args[0]
+    value = output_value(source)
+    if not isinstance(before, torch.Tensor) or not isinstance(value, torch.Tensor):
+        return
+    layout = dense_layout(before)
+    if layout is not None and not same_layout(value, before):
+        node.args = (copy_laid_out(graph, source, mode, node, layout), *node.args[1:])
 
 
 def output_nodes(graph: torch.fx.Graph) -> list[Any]:
@@ -124,7 +151,7 @@ def fake_value(node: torch.fx.Node, mode: Any) -> Any:
         return None
 
 
-def contiguous_copy(
+def copy_laid_out(
     graph: torch.fx.Graph,
     source: torch.fx.Node,
     mode: Any,
