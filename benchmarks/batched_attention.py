@@ -39,11 +39,10 @@ import torch
 from common import (
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     settings_of,
     spread,
     time_calls,
@@ -200,10 +199,11 @@ def main(argv: list[str] | None = None) -> None:
                 results[key] = time_model(
                     name, batch, args.length, args.calls, args.repeats, args.kernels, forms
                 )
-    print(environment_line(environment()))
     tier = "Inductor's kernels" if args.kernels else "the ATen replay"
     where = "each form in a fresh process" if args.per_process else "one process"
-    print(f"intra-op threads: {torch.get_num_threads()}, length {args.length}, on {tier}, {where}")
+    print_heading(
+        f"intra-op threads: {torch.get_num_threads()}, length {args.length}, on {tier}, {where}"
+    )
     rows = [
         [
             key,

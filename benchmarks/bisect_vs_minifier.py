@@ -122,9 +122,8 @@ def child(case: str, tool: str, model: str) -> dict[str, Any]:
 def main() -> None:
     from common import (
         add_common_args,
-        environment,
-        environment_line,
         format_table,
+        print_heading,
         settings_of,
         write_json,
     )
@@ -157,7 +156,7 @@ def main() -> None:
             statistics.median(r["seconds"] for r in runs["minifier"]),
             minifier["outcome"] + skipped,
         ])  # fmt: skip
-    print(f"{environment_line(environment())}; median of {args.repeats}")
+    print_heading(f"median of {args.repeats}")
     print(format_table(["case", "tool", "seconds (median)", "what it reports"], rows))
     write_json(args.out, NAME, settings_of(args), record)
 

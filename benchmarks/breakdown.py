@@ -53,13 +53,12 @@ from common import (
     apply_threads,
     aten_self_times,
     calls_through,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     live_graph_numbers,
     manager_arguments,
     median,
+    print_heading,
     settings_of,
     step_loop,
     with_inputs,
@@ -333,8 +332,7 @@ def main(argv: list[str] | None = None) -> None:
                 "arithmetic": 2 * rows * elements / flops * 1e3,
             }
             results[name]["derived"] = derived(results[name], floors)
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"Qwen3 {args.preset}: {weight_bytes(model) / 2**20:.1f} MiB of linear weights; "
         f"streaming read {bandwidth / 1e9:.1f} GB/s; sgemm {flops / 1e9:.0f} GFLOP/s; floors "
         + ", ".join(

@@ -23,11 +23,10 @@ from typing import Any
 
 import torch
 from common import (
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     scaled,
     spread,
 )
@@ -75,9 +74,7 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(f"median of {args.repeats} interleaved repeats of {args.steps} steps each")
+    print_heading(f"median of {args.repeats} interleaved repeats of {args.steps} steps each")
     headers = ["preset", "weights MB", "eager ms", "npugraph_ex ms", "weights only ms",
                "eager/weights", "eager/npugraph_ex", "weights GB/s", "spread"]  # fmt: skip
     rows = []

@@ -24,13 +24,12 @@ from common import (
     add_common_args,
     apply_threads,
     captured_graph,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     live_graph_numbers,
     manager_arguments,
     median,
+    print_heading,
     scaled,
     settings_of,
     spread,
@@ -79,9 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         "spread": {name: round(spread(ts), 3) for name, ts in times.items()},
         "saved_us_per_replay": round(us["step loop"] - us["generated"], 2),
     }
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.preset} decode step, {len(graph.steps)} steps per replay; thread CPU time, "
         f"median of {args.repeats} interleaved blocks of {args.replays} replays"
     )

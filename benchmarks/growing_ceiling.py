@@ -40,13 +40,12 @@ from common import (
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     live_graph_numbers,
     manager_arguments,
     median,
+    print_heading,
     settings_of,
     step_loop,
     with_inputs,
@@ -213,8 +212,7 @@ def main(argv: list[str] | None = None) -> None:
             per_length[length]["floor"] = floor_ms(model, length, bandwidth, flops)
             torch._dynamo.reset()
     results = with_loop(per_length)
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"Qwen3 {args.preset}: streaming read {bandwidth / 1e9:.1f} GB/s; "
         f"sgemm {flops / 1e9:.0f} GFLOP/s; ms per call, median of {args.repeats} repeats"
     )

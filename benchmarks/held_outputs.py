@@ -34,12 +34,11 @@ from common import (
     add_common_args,
     apply_threads,
     captured_graph,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     live_graph_numbers,
     median,
+    print_heading,
     settings_of,
     spread,
     write_json,
@@ -117,8 +116,7 @@ def main() -> None:
         times = interleaved(blocks, args.repeats)
         gpu = gpu_seconds_per_call(shared, x, calls) if device.type == "cuda" else None
     rows = [[name, median(t) * 1e6, spread(t)] for name, t in times.items()]
-    print(environment_line(environment()))
-    print(f"three outputs of {args.numel} floats on {device.type}, us per call (median)")
+    print_heading(f"three outputs of {args.numel} floats on {device.type}, us per call (median)")
     print(format_table(["variant", "us per call", "spread"], rows))
     if gpu is not None:
         print(f"GPU time of one replay (CUDA events over {calls} replays): {gpu * 1e6:.2f} us")

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 import torch
-from common import add_common_args, environment, environment_line, format_table, write_json
+from common import add_common_args, format_table, print_heading, write_json
 from pool_memory import status_kib
 
 import npugraph_ex
@@ -71,7 +71,10 @@ def main() -> None:
         return
     rows = [run_child(mode, args.keys) for mode in ("force_eager", "replay")]
     mib = 2**20
-    print(environment_line(environment()))
+    print_heading(
+        f"(x * 2).sum(0), dynamic=True, {args.keys} row counts of a {COLUMNS}-column float32 "
+        "input; one fresh process per mode"
+    )
     header = ["mode", "keys captured", "resident growth MiB", "pool MiB", "largest input MiB"]
     table = [
         [

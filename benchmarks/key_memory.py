@@ -29,10 +29,9 @@ from typing import Any
 
 from common import (
     add_common_args,
-    environment,
-    environment_line,
     format_table,
     median,
+    print_heading,
     write_json,
 )
 
@@ -159,8 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{result['above_uncompiled']['resident_mib']:.1f}",
             per_key(result, first, "resident_mib", "above_uncompiled"),
         ])  # fmt: skip
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"tiny Qwen3, vocabulary {args.vocab}, lengths from {args.start}, dynamic=True; "
         "MiB above the same loop under force_eager; last two columns: above the model run "
         "uncompiled"

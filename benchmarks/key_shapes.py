@@ -27,10 +27,9 @@ from common import (
     add_common_args,
     apply_threads,
     attributes_set,
-    environment,
-    environment_line,
     format_table,
     median,
+    print_heading,
     settings_of,
     time_calls,
     write_json,
@@ -165,7 +164,10 @@ def main() -> None:
     lengths = {n: ids((1, n)) for n in range(first, last + 1)}
     first, last = args.batches
     batches = {n: ids((n, 1)) for n in range(first, last + 1)}
-    print(environment_line(environment()))
+    print_heading(
+        f"ms per call, median of {args.repeats} interleaved repeats of {args.calls} calls "
+        "per shape, averaged over each band of shapes"
+    )
     results = {}
     with torch.no_grad():
         for name, inputs, title in (

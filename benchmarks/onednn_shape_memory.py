@@ -26,9 +26,8 @@ from common import (
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
+    print_heading,
     settings_of,
     write_json,
 )
@@ -96,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
             ])  # fmt: skip
     taken_sum = sum(r["onednn_kib_per_count"] for r in results if r["taken"])
     table.append(["model, shapes taken", "", f"{taken_sum:.0f}", ""])
-    print(environment_line(environment()))
-    print(f"Qwen3 {args.preset}, vocabulary {args.vocab}, row counts {rows.start}-{rows.stop - 1}")
+    print_heading(
+        f"Qwen3 {args.preset}, vocabulary {args.vocab}, row counts {rows.start}-{rows.stop - 1}"
+    )
     header = ["weight", "taken by the pattern", "oneDNN KiB per row count", "mm KiB per row count"]
     print(format_table(header, table))
     write_json(args.out, NAME, settings_of(args), results)

@@ -37,11 +37,10 @@ from common import (
     QWEN3_PRESETS,
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     scaled,
     write_json,
 )
@@ -260,13 +259,11 @@ def main() -> None:
         times = {m: [t / 1e3 for t in ts] for m, ts in results["latency_per_repeat_ms"].items()}
         plot(results["memory"], times, args.plot or Path("pool_memory.png"))
         return
-    env = environment()
     print("memory (one fresh process per row):", flush=True)
     rows = memory_part(args)
     print("latency:", flush=True)
     times = latency_part(args)
-    print(f"\ndevice: {environment_line(env)}")
-    print(f"growing-sequence loop from a {PROMPT}-token prompt, preset {args.preset}")
+    print_heading(f"growing-sequence loop from a {PROMPT}-token prompt, preset {args.preset}")
     print(memory_table(rows))
     print("\nresident = growth of the resident set after the loop (freed heap released); peak =")
     print(

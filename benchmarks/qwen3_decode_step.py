@@ -56,13 +56,13 @@ from common import (
     aten_self_times,
     captured_graph,
     environment,
-    environment_line,
     format_table,
     interleaved,
     kernels_per_replay,
     live_graph_numbers,
     manager_arguments,
     median,
+    print_heading,
     scaled,
     settings_of,
     spread,
@@ -553,9 +553,7 @@ spread = (max - min) / median of the noisiest variant's repeats.
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.family} one-token decode step in {args.dtype}, {args.attn} attention, "
         f"StaticCache max_cache_len={args.max_cache_len}; median of {args.repeats} interleaved "
         f"repeats of {args.steps} steps each"

@@ -22,12 +22,11 @@ from typing import Any
 import torch
 from common import (
     captured_graph,
-    environment,
-    environment_line,
     format_table,
     live_graph_numbers,
     manager_arguments,
     median,
+    print_heading,
     with_inputs,
 )
 from qwen3_decode_step import add_step_args, build, parse_step_args, run_and_record
@@ -120,10 +119,10 @@ def run_preset(preset: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(f"median of {args.repeats} repeats; {args.steps} replays per repeat in sequence, "
-          f"{args.calls} calls per step alone")  # fmt: skip
+    print_heading(
+        f"median of {args.repeats} repeats; {args.steps} replays per repeat in sequence, "
+        f"{args.calls} calls per step alone"
+    )
     headers = ["op", "steps", "in sequence us", "alone us", "sequence/alone", "share"]
     for r in results:
         total = sum(op["in_sequence_us"] for op in r["ops"])

@@ -34,13 +34,12 @@ from common import (
     apply_threads,
     aten_self_times,
     captured_graph,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     kernels_per_replay,
     live_graph_numbers,
     median,
+    print_heading,
     scaled,
     settings_of,
     spread,
@@ -207,9 +206,7 @@ def table(results: list[dict[str, Any]], columns: dict[str, Callable[[dict], Any
 
 
 def report(results: list[dict[str, Any]], fit: dict, args: argparse.Namespace) -> None:
-    print()
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"chain of N elementwise ops on {args.numel} floats; median of {args.repeats} interleaved "
         "repeats; times are per call of the whole chain"
     )

@@ -25,11 +25,10 @@ import torch
 from common import (
     add_common_args,
     apply_threads,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     settings_of,
     spread,
     time_calls,
@@ -109,8 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                 product, torch.randn(1024, 1024), calls=20, repeats=args.repeats
             ),
         }
-    print(environment_line(environment()))
-    print(f"intra-op threads: {torch.get_num_threads()}")
+    print_heading(f"intra-op threads: {torch.get_num_threads()}")
     rows = [
         [
             workload,

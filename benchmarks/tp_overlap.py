@@ -36,11 +36,10 @@ import torch.distributed as dist
 from common import (
     QWEN3_PRESETS,
     add_common_args,
-    environment,
-    environment_line,
     format_table,
     interleaved,
     median,
+    print_heading,
     settings_of,
     spread,
     write_json,
@@ -167,8 +166,7 @@ def report(
     results["first_step_logits_equal"] = same
     results["per_rank_median_s"] = everyone
     results["bare_all_reduce"] = collective
-    print(environment_line(environment()))
-    print(
+    print_heading(
         f"{args.world} ranks (gloo), {args.threads} intra-op thread(s) each, Qwen3 "
         f"{args.preset}, two micro-batches, {args.steps} steps per block"
     )

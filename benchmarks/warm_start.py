@@ -313,10 +313,10 @@ def main() -> None:
         parser.error(f"unknown modes {sorted(unknown)}; valid: {', '.join(MODES)}")
     with tempfile.TemporaryDirectory(prefix="warm_start_") as scratch:
         results = measure(args, modes, Path(scratch))
-    from common import environment, environment_line, settings_of, write_json
+    from common import print_heading, settings_of, write_json
 
     summary = summarise(results)
-    print(f"\n{environment_line(environment())}; model {args.model}, median of {args.repeats}")
+    print_heading(f"model {args.model}, median of {args.repeats}")
     report(summary, args)
     medians = {f"{w}/{m}": s for (w, m), s in summary.items()}
     write_json(args.out, NAME, settings_of(args), {"medians": medians, "runs": results})
