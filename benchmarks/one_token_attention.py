@@ -34,6 +34,7 @@ every grouped attention as ``enable_gqa``).
 from __future__ import annotations
 
 import argparse
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -158,6 +159,9 @@ def run_decode(
     diff = max(float((fns[f]().float() - reference).abs().max()) for f in fns)
     blocks = {name: (lambda fn=fn: time_calls(fn, args.calls)) for name, fn in fns.items()}
     times = interleaved(blocks, args.repeats, warmup=1)
+    del fns, blocks, reference  # the model, its compiled forms and their captures: gone
+    torch._dynamo.reset()
+    gc.collect()
     eager = median(times["eager"])
     return {
         "dtype": dtype,

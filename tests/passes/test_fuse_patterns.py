@@ -185,6 +185,37 @@ def test_example_inputs_must_match_the_arguments() -> None:
     )
 
 
+def exp_in_double(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x.double())
+
+
+def exp_and_its_input(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.exp(x), x
+
+
+@pytest.mark.parametrize(
+    ("replace", "returns"),
+    [
+        (exp_in_double, "float64 [4] on cpu"),
+        (exp_and_its_input, "(float32 [4] on cpu, float32 [4] on cpu)"),
+    ],
+    ids=["another dtype", "another count"],
+)
+def test_a_replacement_that_returns_other_results_is_refused_at_registration(
+    replace, returns
+) -> None:  # noqa: ANN001
+    patterns_before = {key: len(entries) for key, entries in registry().patterns.items()}
+    with pytest.raises(TypeError) as error:
+        npugraph_ex.register_replacement(sinh_plus_cosh, replace, [torch.randn(4)])
+    assert str(error.value) == (
+        f"register_replacement: for the example inputs, replacement function {replace.__name__}() "
+        f"returns {returns} where search function sinh_plus_cosh() returns float32 [4] on cpu; "
+        "the replacement must return the same results (as many, each of the same shape, dtype "
+        "and device): the graph past a match was traced on the search function's"
+    )
+    assert {key: len(entries) for key, entries in registry().patterns.items()} == patterns_before
+
+
 def scaled_sinh_plus_cosh(x: torch.Tensor, scale: float) -> torch.Tensor:
     return (torch.sinh(x) + torch.cosh(x)) * scale
 

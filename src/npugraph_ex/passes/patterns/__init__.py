@@ -6,6 +6,7 @@ was traced with never stand in for other sizes. Patterns are traced as the backe
 (``make_fx`` without decompositions: the ATen ops AOTAutograd's inference graphs hold).
 
     registry   the pattern passes, ``register_replacement``, ``add_replacement``, tracing
+    registration  what ``register_replacement`` checks of its arguments (``TypeError``s)
     builtin    the built-in patterns in order (one module each), registered on first use
                (imported where they are registered: it imports every pattern module)
 

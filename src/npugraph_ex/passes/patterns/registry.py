@@ -10,7 +10,6 @@ was traced with never stand in for other sizes. Patterns are traced as the backe
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +17,12 @@ import torch
 
 from npugraph_ex.passes.graph_facts import within_one_scope
 from npugraph_ex.passes.patterns import symbolic_recheck
-from npugraph_ex.passes.patterns.checks import is_number
+from npugraph_ex.passes.patterns.registration import (
+    check_arities,
+    check_same_results,
+    check_scalar_workaround,
+    traced_inputs,
+)
 
 
 def trace_aten(fn: Callable[..., Any], args: Sequence[Any], **ignored: Any) -> torch.fx.GraphModule:
@@ -126,8 +130,9 @@ def register_replacement(
 
     ``search_fn`` and ``replace_fn`` take the same arguments; ``example_inputs`` holds one value
     per argument not named in ``scalar_workaround``, in order (Inductor's form), or one per
-    argument with a number in each named one's place. Anything else raises ``TypeError`` here,
-    naming the function and the fix.
+    argument with a number in each named one's place; for them, ``replace_fn`` returns what
+    ``search_fn`` returns (as many results, each of the same shape, dtype and device). Anything
+    else raises ``TypeError`` here, naming the function and the fix.
 
     A match never spans the edge of a scope (``npugraph_ex.scope``) or an in-place op, whatever
     ``extra_check`` says.
@@ -142,6 +147,7 @@ def register_replacement(
         scalar_workaround=scalar_workaround,
         skip_duplicates=skip_duplicates,
         search_fn_pattern=search_fn_pattern,
+        results_checked=True,
     )
 
 
@@ -152,15 +158,20 @@ def add_replacement(
     example_inputs: Sequence[Any],
     extra_check: Callable[[Any], bool] | None = None,
     trace_fn: Callable[..., torch.fx.GraphModule] = trace_aten,
+    results_checked: bool = False,
     **options: Any,
 ) -> bool:
-    """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge."""
+    """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge;
+    with ``results_checked`` (a user's pattern), the two functions' results for the example
+    inputs are compared first (``registration.check_same_results``)."""
     from torch._inductor import pattern_matcher
 
     numbers = options.get("scalar_workaround") or {}
     check_arities(search_fn, replace_fn)
     check_scalar_workaround(search_fn, numbers)
     inputs = traced_inputs(search_fn, example_inputs, numbers)
+    if results_checked:
+        check_same_results(search_fn, replace_fn, inputs, numbers)
 
     def check(match: Any) -> bool:
         return (
@@ -204,98 +215,3 @@ def all_defaults(target: Any, arguments: dict[str, Any]) -> bool:
         name in defaults and not isinstance(value, torch.fx.Node) and value == defaults[name]
         for name, value in arguments.items()
     )
-
-
-def arity(fn: Callable[..., Any]) -> int | None:
-    """How many positional arguments ``fn`` takes (None: any number, ``*args``)."""
-    parameters = inspect.signature(fn).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
-        return None
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(1 for p in parameters if p.kind in positional)
-
-
-def arguments(count: int) -> str:
-    return f"{count} argument" if count == 1 else f"{count} arguments"
-
-
-def example_inputs_text(count: int) -> str:
-    return f"{count} example input" if count == 1 else f"{count} example inputs"
-
-
-def name_of(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", repr(fn))
-
-
-def check_arities(search_fn: Callable[..., Any], replace_fn: Callable[..., Any]) -> None:
-    """Both functions take the same arguments: the matcher binds the graph's values to the search
-    function's arguments and passes them, by position, to the replacement."""
-    search_arity, replace_arity = arity(search_fn), arity(replace_fn)
-    if search_arity is not None and replace_arity is not None and search_arity != replace_arity:
-        raise TypeError(
-            f"register_replacement: search function {name_of(search_fn)}() takes "
-            f"{arguments(search_arity)} but replacement function {name_of(replace_fn)}() takes "
-            f"{arguments(replace_arity)}; both must take the same arguments, in the same order "
-            "(the replacement is called with what the search function bound)"
-        )
-
-
-def traced_inputs(
-    search_fn: Callable[..., Any], example_inputs: Sequence[Any], numbers: dict[str, Any]
-) -> list[Any]:
-    """The example inputs as Inductor's ``register_replacement`` takes them: one per argument of
-    ``search_fn`` that ``numbers`` (``scalar_workaround``) does not name, in order (it fills each
-    named argument from ``numbers``, each other from the next example input).
-
-    Also taken: one example input per argument, a number in the place of each named one; those
-    numbers are dropped (the pattern is traced with ``numbers``' values).
-    """
-    count, inputs = arity(search_fn), list(example_inputs)
-    if count is None:
-        return inputs
-    names = list(inspect.signature(search_fn).parameters)[:count]
-    named = [index for index, name in enumerate(names) if name in numbers]
-    if named and len(inputs) == count and all(is_number(inputs[i]) for i in named):
-        return [value for index, value in enumerate(inputs) if index not in named]
-    if len(inputs) == count - len(named):
-        return inputs
-    takes = f"takes {arguments(count)}"
-    if named:
-        takes += (
-            f", {len(named)} of them named in scalar_workaround "
-            f"({', '.join(names[i] for i in named)}), so it needs "
-            f"{example_inputs_text(count - len(named))},"
-        )
-    given = "was" if len(inputs) == 1 else "were"
-    raise TypeError(
-        f"register_replacement: search function {name_of(search_fn)}() {takes} but "
-        f"{example_inputs_text(len(inputs))} {given} given; give one example input per argument "
-        "not named in scalar_workaround, and name each argument that takes a number there: "
-        "scalar_workaround={name: example value}"
-    )
-
-
-def check_scalar_workaround(search_fn: Callable[..., Any], numbers: dict[str, Any]) -> None:
-    """Each name is an argument of ``search_fn`` with a number of its own as example value: the
-    pattern tells a number argument by its example value where the traced graph holds it."""
-    parameters = list(inspect.signature(search_fn).parameters)
-    by_value: dict[Any, str] = {}
-    for name, value in numbers.items():
-        if name not in parameters:
-            raise TypeError(
-                f"register_replacement: scalar_workaround names {name!r}, which is not an "
-                f"argument of search function {name_of(search_fn)}() (its arguments: "
-                f"{', '.join(parameters)}); name the arguments that take a number"
-            )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(
-                f"register_replacement: scalar_workaround[{name!r}] must be a float or an int "
-                f"(the example value of a number argument), got {type(value).__name__}"
-            )
-        if value in by_value:
-            raise TypeError(
-                f"register_replacement: scalar_workaround gives {by_value[value]!r} and "
-                f"{name!r} the same example value {value!r}; give each a different value (the "
-                "pattern tells number arguments apart by their example values)"
-            )
-        by_value[value] = name
