@@ -94,3 +94,37 @@ def test_as_strided_reads_its_input_in_the_layout_it_was_traced_on(traced) -> No
     (strided,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
     assert strided.args[0].target is aten.clone.default
     torch.testing.assert_close(graph.run(a, b)[0], strided_rows(a, b))
+
+
+def product_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * y
+
+
+def product_in_the_first_dtype(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The search function's result where both inputs have one dtype (the examples'), not
+    otherwise."""
+    return (x * y).to(x.dtype)
+
+
+def relu_of_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return product_of(x, y).relu()
+
+
+@pytest.mark.parametrize("fn", [relu_of_product, product_of], ids=["read", "returned"])
+@torch.no_grad()
+def test_a_replacement_computing_another_dtype_for_a_match_drops_the_pass_with_a_warning(
+    fn, caplog
+) -> None:  # noqa: ANN001
+    npugraph_ex.register_replacement(
+        product_of, product_in_the_first_dtype, [torch.randn(4), torch.randn(4)]
+    )
+    npugraph_ex.reset_stats()
+    x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)
+    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": False})
+    out = compiled(x, y)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fn(x, y))
+    assert npugraph_ex.stats()["totals"]["failed_passes"] == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "pattern_fusion_pass" in r.getMessage()]
+    assert "a replacement changed what" in warning
+    assert "float16 [5] on cpu where the graph was traced with float32 [5] on cpu" in warning

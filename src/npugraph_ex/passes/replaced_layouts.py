@@ -16,7 +16,9 @@ channels-last), as eager returns it and Inductor keeps it; so is the input of an
 which reads memory as laid out (it would read other values, silently). A view that still fits,
 and every graph no replacement touched, stay as they are. A node whose value is not worked out
 again (an op that writes in place, one without a fake kernel, a data-dependent size) ends the
-walk there.
+walk there. A value past a replacement of another dtype, device or shape than traced (a user's
+replacement that computes something else for these inputs) raises, which drops the pass for
+this graph with one warning.
 """
 
 from __future__ import annotations
@@ -80,10 +82,41 @@ def fit_views(
             value = fake_value(node, mode)
         if value is None:
             continue
+        check_same_result(node, value, node.meta.get("val"))
         if not same_layout(value, node.meta.get("val")):
             moved.add(node)
         node.meta["val"] = value
     return moved
+
+
+def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
+    """Raise where ``node``'s value, worked out again past a replacement, is of another dtype,
+    device or shape than the graph was traced with: a replacement computed something else."""
+    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
+        for new_item, old_item in zip(new, old, strict=False):
+            check_same_result(node, new_item, old_item)
+        return
+    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
+        return
+    if new.dtype == old.dtype and new.device == old.device and not known_different(new, old):
+        return
+    raise ValueError(
+        f"a replacement changed what {node.name} ({node.target}) computes: "
+        f"{described(new)} where the graph was traced with {described(old)}; a pattern "
+        "registered with register_replacement returns other results than its search function "
+        "for these inputs"
+    )
+
+
+def known_different(new: torch.Tensor, old: torch.Tensor) -> bool:
+    """Whether the two shapes differ for every value of the symbols in them."""
+    return new.dim() != old.dim() or any(
+        statically_known_true(a != b) for a, b in zip(new.shape, old.shape, strict=True)
+    )
+
+
+def described(value: torch.Tensor) -> str:
+    return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)} on {value.device}"
 
 
 def restore_outputs(
@@ -98,7 +131,10 @@ def restore_outputs(
     restored = list(nodes)
     for index, (node, old) in enumerate(zip(nodes, before, strict=True)):
         value = output_value(node)
-        if node not in moved or not isinstance(old, torch.Tensor) or same_layout(value, old):
+        if node not in moved or not isinstance(old, torch.Tensor):
+            continue
+        check_same_result(output, value, old)
+        if same_layout(value, old):
             continue
         layout = dense_layout(old)
         if layout is not None and isinstance(value, torch.Tensor):
