@@ -13,6 +13,7 @@ __all__ = [
     "ConfigTypeError",
     "NpuGraphExError",
     "PassError",
+    "ReplacementError",
     "ScopeError",
     "UnsupportedGraphError",
     "first_line",
@@ -54,6 +55,11 @@ class PassError(NpuGraphExError):
         # The default reduction replays ``self.args`` (the formatted text) into ``__init__``,
         # which takes other arguments; rebuild from the parts instead so the error pickles.
         return (type(self), (self.pass_name, self.message, self.source))
+
+
+class ReplacementError(NpuGraphExError, ValueError):
+    """A pattern's replacement computed a value of another dtype, device or shape than what it
+    replaced (``passes/replaced_layouts.py``): the pattern pass is dropped for the graph."""
 
 
 class ScopeError(NpuGraphExError, ValueError):

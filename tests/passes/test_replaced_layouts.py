@@ -126,5 +126,28 @@ def test_a_replacement_computing_another_dtype_for_a_match_drops_the_pass_with_a
     torch.testing.assert_close(out, fn(x, y))
     assert npugraph_ex.stats()["totals"]["failed_passes"] == 1
     (warning,) = [r.getMessage() for r in caplog.records if "pattern_fusion_pass" in r.getMessage()]
-    assert "a replacement changed what" in warning
+    assert "ReplacementError: a replacement changed what" in warning
     assert "float16 [5] on cpu where the graph was traced with float32 [5] on cpu" in warning
+
+
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def doubled_contiguous(x: torch.Tensor) -> torch.Tensor:
+    """The same values, laid out contiguous whatever the input's layout."""
+    return x.contiguous() * 2
+
+
+@torch.no_grad()
+def test_a_channels_last_output_is_copied_back_into_channels_last(traced) -> None:  # noqa: ANN001
+    npugraph_ex.register_replacement(doubled, doubled_contiguous, [torch.randn(2, 3, 4, 5)])
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    graph = traced(doubled, x)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (output,) = graph.gm.graph.output_node().args[0]
+    assert output.target is aten.clone.default
+    assert output.kwargs == {"memory_format": torch.channels_last}
+    out = graph.run(x)[0]
+    torch.testing.assert_close(out, doubled(x))
+    assert out.stride() == doubled(x).stride()

@@ -2,7 +2,8 @@
 
 The patterns live in ``npugraph_ex.passes.patterns`` (built-in ones, and those users add with
 ``npugraph_ex.register_replacement``); see there for what each replaces and its tolerance. A view
-that a replacement's output layout no longer fits reads a copy (``replaced_layouts``).
+that a replacement's output layout no longer fits reads a copy, and a value past a replacement of
+another dtype or shape than traced drops the pass (``replaced_layouts``).
 
     before: %k4 = repeat_kv(%k); %o = sdpa(%q, %k4, %v4)
     after:  %o = sdpa(%q, %k, %v, enable_gqa)

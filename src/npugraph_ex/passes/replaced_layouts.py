@@ -33,6 +33,8 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from npugraph_ex.errors import ReplacementError
+
 aten = torch.ops.aten
 VIEW = aten.view.default
 STRIDED = aten.as_strided.default
@@ -100,7 +102,7 @@ def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
         return
     if new.dtype == old.dtype and new.device == old.device and not known_different(new, old):
         return
-    raise ValueError(
+    raise ReplacementError(
         f"a replacement changed what {node.name} ({node.target}) computes: "
         f"{described(new)} where the graph was traced with {described(old)}; a pattern "
         "registered with register_replacement returns other results than its search function "
@@ -139,7 +141,8 @@ def restore_outputs(
         layout = dense_layout(old)
         if layout is not None and isinstance(value, torch.Tensor):
             restored[index] = copy_laid_out(graph, node, mode, output, layout)
-    output.args = (type(output.args[0])(restored),)
+    values = output.args[0]
+    output.args = (type(values)(restored) if isinstance(values, (tuple, list)) else restored[0],)
 
 
 def lay_out_as_before(graph: torch.fx.Graph, node: torch.fx.Node, before: Any, mode: Any) -> None:
