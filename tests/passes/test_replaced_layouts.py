@@ -9,6 +9,7 @@ import torch
 import npugraph_ex
 from npugraph_ex.config import Config
 from npugraph_ex.passes.fuse_patterns import fuse_patterns
+from npugraph_ex.passes.patterns import add_replacement, registry
 
 aten = torch.ops.aten
 
@@ -112,11 +113,34 @@ def relu_of_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("fn", [relu_of_product, product_of], ids=["read", "returned"])
 @torch.no_grad()
-def test_a_replacement_computing_another_dtype_for_a_match_drops_the_pass_with_a_warning(
+def test_a_user_replacement_computing_another_dtype_for_a_match_is_refused_there(
     fn, caplog
 ) -> None:  # noqa: ANN001
     npugraph_ex.register_replacement(
         product_of, product_in_the_first_dtype, [torch.randn(4), torch.randn(4)]
+    )
+    npugraph_ex.reset_stats()
+    x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)
+    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": False})
+    out = compiled(x, y)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fn(x, y))
+    assert npugraph_ex.stats()["totals"]["failed_passes"] == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "is left as it is" in r.getMessage()]
+    assert warning.startswith(
+        "npugraph_ex: a match of search function product_of() is left as it is: replacement "
+        "function product_in_the_first_dtype() returns float16 [5] on cpu where product_of() "
+        "returns float32 [5] on cpu (at "
+    )
+
+
+@pytest.mark.parametrize("fn", [relu_of_product, product_of], ids=["read", "returned"])
+@torch.no_grad()
+def test_a_replacement_computing_another_dtype_past_every_check_drops_the_pass(fn, caplog) -> None:  # noqa: ANN001
+    # A pattern added without the results check (as the built-in ones are): the graph's own
+    # values past the replacement catch it.
+    add_replacement(
+        registry(), product_of, product_in_the_first_dtype, [torch.randn(4), torch.randn(4)]
     )
     npugraph_ex.reset_stats()
     x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)

@@ -42,6 +42,31 @@ def same_layout(a: Any, b: Any) -> bool:
     )
 
 
+def same_result(a: Any, b: Any) -> bool:
+    """Whether two values (tensors, or tuples and lists of them) hold one dtype and device per
+    tensor and shapes not known to differ: what a computation that replaces another returns."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(map(same_result, a, b))
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)
+    return (
+        a.dtype == b.dtype
+        and a.device == b.device
+        and a.dim() == b.dim()
+        and not any(statically_known_true(x != y) for x, y in zip(a.shape, b.shape, strict=True))
+    )
+
+
+def value_text(value: Any) -> str:
+    """A value as an error names it: ``float32 [4, 8] on cpu`` for a tensor, each of a tuple's
+    in brackets, a type's name otherwise."""
+    if isinstance(value, (tuple, list)):
+        return f"({', '.join(map(value_text, value))})"
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)} on {value.device}"
+    return type(value).__name__
+
+
 def is_view(node: torch.fx.Node) -> bool:
     """Whether the node's result aliases its first argument without writing it (a view op)."""
     schema = getattr(node.target, "_schema", None)

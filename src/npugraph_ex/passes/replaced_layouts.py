@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from npugraph_ex.errors import ReplacementError
+from npugraph_ex.passes.graph_facts import known_equal, same_layout, same_result, value_text
 
 aten = torch.ops.aten
 VIEW = aten.view.default
@@ -85,7 +85,7 @@ def fit_views(
         if value is None:
             continue
         check_same_result(node, value, node.meta.get("val"))
-        if not same_layout(value, node.meta.get("val")):
+        if not same_layouts(value, node.meta.get("val")):
             moved.add(node)
         node.meta["val"] = value
     return moved
@@ -94,31 +94,14 @@ def fit_views(
 def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
     """Raise where ``node``'s value, worked out again past a replacement, is of another dtype,
     device or shape than the graph was traced with: a replacement computed something else."""
-    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
-        for new_item, old_item in zip(new, old, strict=False):
-            check_same_result(node, new_item, old_item)
-        return
-    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
-        return
-    if new.dtype == old.dtype and new.device == old.device and not known_different(new, old):
+    if same_result(new, old):
         return
     raise ReplacementError(
         f"a replacement changed what {node.name} ({node.target}) computes: "
-        f"{described(new)} where the graph was traced with {described(old)}; a pattern "
+        f"{value_text(new)} where the graph was traced with {value_text(old)}; a pattern "
         "registered with register_replacement returns other results than its search function "
         "for these inputs"
     )
-
-
-def known_different(new: torch.Tensor, old: torch.Tensor) -> bool:
-    """Whether the two shapes differ for every value of the symbols in them."""
-    return new.dim() != old.dim() or any(
-        statically_known_true(a != b) for a, b in zip(new.shape, old.shape, strict=True)
-    )
-
-
-def described(value: torch.Tensor) -> str:
-    return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)} on {value.device}"
 
 
 def restore_outputs(
@@ -136,7 +119,7 @@ def restore_outputs(
         if node not in moved or not isinstance(old, torch.Tensor):
             continue
         check_same_result(output, value, old)
-        if same_layout(value, old):
+        if same_layouts(value, old):
             continue
         layout = dense_layout(old)
         if layout is not None and isinstance(value, torch.Tensor):
@@ -153,7 +136,7 @@ def lay_out_as_before(graph: torch.fx.Graph, node: torch.fx.Node, before: Any, m
     if not isinstance(before, torch.Tensor) or not isinstance(value, torch.Tensor):
         return
     layout = dense_layout(before)
-    if layout is not None and not same_layout(value, before):
+    if layout is not None and not same_layouts(value, before):
         node.args = (copy_laid_out(graph, source, mode, node, layout), *node.args[1:])
 
 
@@ -205,21 +188,11 @@ def copy_laid_out(
     return copy
 
 
-def same_layout(new: Any, old: Any) -> bool:
+def same_layouts(new: Any, old: Any) -> bool:
     """Whether two values (tensors, or tuples of them) have one shape, stride and offset each,
     known for every value of their sizes."""
     if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
-        return len(new) == len(old) and all(map(same_layout, new, old))
+        return len(new) == len(old) and all(map(same_layouts, new, old))
     if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
         return not isinstance(new, torch.Tensor) and not isinstance(old, torch.Tensor)
-    return (
-        new.dim() == old.dim()
-        and known_equal(new.shape, old.shape)
-        and known_equal(new.stride(), old.stride())
-        and known_equal([new.storage_offset()], [old.storage_offset()])
-    )
-
-
-def known_equal(first: Sequence[Any], second: Sequence[Any]) -> bool:
-    """Sizes of one length, each pair equal for every value of the symbols in them."""
-    return all(statically_known_true(a == b) for a, b in zip(first, second, strict=True))
+    return same_layout(new, old) and known_equal([new.storage_offset()], [old.storage_offset()])

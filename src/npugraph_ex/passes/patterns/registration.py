@@ -8,13 +8,20 @@ a match was traced on the search function's results).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._guards import detect_fake_mode
 
-from npugraph_ex.passes.patterns.checks import is_number
+from npugraph_ex.debug.source import source_line
+from npugraph_ex.passes.graph_facts import same_result, value_text
+from npugraph_ex.passes.patterns.checks import bound, is_number
+
+log = logging.getLogger(__name__)
 
 
 def arity(fn: Callable[..., Any]) -> int | None:
@@ -124,18 +131,64 @@ def check_same_results(
     arguments = called_with(search_fn, inputs, numbers)
     try:
         with torch.no_grad():
-            expected = results_text(search_fn(*fresh(arguments)))
-            returned = results_text(replace_fn(*fresh(arguments)))
+            expected = search_fn(*fresh(arguments))
+            returned = replace_fn(*fresh(arguments))
     except Exception:  # noqa: BLE001 - the tracing that follows reports it
         return
-    if returned != expected:
+    if not same_result(flat(returned), flat(expected)):
         raise TypeError(
             f"register_replacement: for the example inputs, replacement function "
-            f"{name_of(replace_fn)}() returns {returned} where search function "
-            f"{name_of(search_fn)}() returns {expected}; the replacement must return the same "
-            "results (as many, each of the same shape, dtype and device): the graph past a match "
-            "was traced on the search function's"
+            f"{name_of(replace_fn)}() returns {results_text(returned)} where search function "
+            f"{name_of(search_fn)}() returns {results_text(expected)}; the replacement must "
+            "return the same results (as many, each of the same shape, dtype and device): the "
+            "graph past a match was traced on the search function's"
         )
+
+
+def results_agree(
+    search_fn: Callable[..., Any], replace_fn: Callable[..., Any], numbers: dict[str, Any]
+) -> Callable[[Any], bool]:
+    """A match check: the replacement returns, for the values the match bound (fake tensors),
+    what the search function returns (``same_result``); where not, the match is refused and
+    the first refusal of the pattern is logged. A user's replacement may agree with its search
+    function on the example inputs and not on a match (``(x * y).to(x.dtype)`` for a float16
+    ``x`` and a float32 ``y``)."""
+    count = arity(search_fn)
+    names = list(inspect.signature(search_fn).parameters)[: count or 0]
+    refused: list[str] = []
+
+    def agree(match: Any) -> bool:
+        if count is None:
+            return True
+        values = [bound(match, name, numbers.get(name)) for name in names]
+        mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
+        try:
+            with mode or contextlib.nullcontext(), torch.no_grad():
+                expected, returned = search_fn(*values), replace_fn(*values)
+        except Exception as error:  # noqa: BLE001 - a replacement that cannot run is refused
+            return refuse(match, f"raises {type(error).__name__}: {error}")
+        if same_result(flat(returned), flat(expected)):
+            return True
+        return refuse(
+            match,
+            f"returns {results_text(returned)} where {name_of(search_fn)}() returns "
+            f"{results_text(expected)}",
+        )
+
+    def refuse(match: Any, why: str) -> bool:
+        if not refused:
+            refused.append(why)
+            log.warning(
+                "npugraph_ex: a match of search function %s() is left as it is: replacement "
+                "function %s() %s (at %s)",
+                name_of(search_fn),
+                name_of(replace_fn),
+                why,
+                source_line(match.output_node()),
+            )
+        return False
+
+    return agree
 
 
 def called_with(
@@ -157,13 +210,11 @@ def fresh(arguments: list[Any]) -> list[Any]:
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in arguments]
 
 
+def flat(results: Any) -> list[Any]:
+    return torch.utils._pytree.tree_leaves(results)
+
+
 def results_text(results: Any) -> str:
     """Each result as ``dtype [sizes] on device`` (a non-tensor by its type), in order."""
-    leaves = torch.utils._pytree.tree_leaves(results)
-    texts = [
-        f"{str(leaf.dtype).removeprefix('torch.')} {list(leaf.shape)} on {leaf.device}"
-        if isinstance(leaf, torch.Tensor)
-        else type(leaf).__name__
-        for leaf in leaves
-    ]
-    return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
+    leaves = flat(results)
+    return value_text(leaves[0]) if len(leaves) == 1 else value_text(leaves)

@@ -21,6 +21,7 @@ from npugraph_ex.passes.patterns.registration import (
     check_arities,
     check_same_results,
     check_scalar_workaround,
+    results_agree,
     traced_inputs,
 )
 
@@ -162,14 +163,16 @@ def add_replacement(
     **options: Any,
 ) -> bool:
     """``register_replacement`` into ``pass_dict``, refusing matches that span a scope edge;
-    with ``results_checked`` (a user's pattern), the two functions' results for the example
-    inputs are compared first (``registration.check_same_results``)."""
+    with ``results_checked`` (a user's pattern), the two functions' results are compared for the
+    example inputs first (``registration.check_same_results``) and for each match's values
+    (``registration.results_agree``: a match where they differ is refused)."""
     from torch._inductor import pattern_matcher
 
     numbers = options.get("scalar_workaround") or {}
     check_arities(search_fn, replace_fn)
     check_scalar_workaround(search_fn, numbers)
     inputs = traced_inputs(search_fn, example_inputs, numbers)
+    agree = results_agree(search_fn, replace_fn, numbers) if results_checked else None
     if results_checked:
         check_same_results(search_fn, replace_fn, inputs, numbers)
 
@@ -178,6 +181,7 @@ def add_replacement(
             within_one_scope(match.nodes)
             and other_arguments_at_defaults(match)
             and (extra_check is None or extra_check(match))
+            and (agree is None or agree(match))
         )
 
     added = pattern_matcher.register_replacement(
