@@ -3,6 +3,8 @@ read a contiguous copy, and the graph's outputs keep eager's layout."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -111,21 +113,27 @@ def relu_of_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return product_of(x, y).relu()
 
 
+def failed_passes_of_mixed_dtypes(fn: Any) -> int:
+    """Compile ``fn`` and call it on a float16 and a float32 input: the result must be eager's
+    float32; how many passes failed."""
+    npugraph_ex.reset_stats()
+    x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)
+    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": False})
+    with torch.no_grad():
+        out = compiled(x, y)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fn(x, y))
+    return npugraph_ex.stats()["totals"]["failed_passes"]
+
+
 @pytest.mark.parametrize("fn", [relu_of_product, product_of], ids=["read", "returned"])
-@torch.no_grad()
 def test_a_user_replacement_computing_another_dtype_for_a_match_is_refused_there(
     fn, caplog
 ) -> None:  # noqa: ANN001
     npugraph_ex.register_replacement(
         product_of, product_in_the_first_dtype, [torch.randn(4), torch.randn(4)]
     )
-    npugraph_ex.reset_stats()
-    x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)
-    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": False})
-    out = compiled(x, y)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, fn(x, y))
-    assert npugraph_ex.stats()["totals"]["failed_passes"] == 0
+    assert failed_passes_of_mixed_dtypes(fn) == 0
     (warning,) = [r.getMessage() for r in caplog.records if "is left as it is" in r.getMessage()]
     assert warning.startswith(
         "npugraph_ex: a match of search function product_of() is left as it is: replacement "
@@ -135,20 +143,13 @@ def test_a_user_replacement_computing_another_dtype_for_a_match_is_refused_there
 
 
 @pytest.mark.parametrize("fn", [relu_of_product, product_of], ids=["read", "returned"])
-@torch.no_grad()
 def test_a_replacement_computing_another_dtype_past_every_check_drops_the_pass(fn, caplog) -> None:  # noqa: ANN001
     # A pattern added without the results check (as the built-in ones are): the graph's own
     # values past the replacement catch it.
     add_replacement(
         registry(), product_of, product_in_the_first_dtype, [torch.randn(4), torch.randn(4)]
     )
-    npugraph_ex.reset_stats()
-    x, y = torch.randn(5, dtype=torch.float16), torch.randn(5)
-    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": False})
-    out = compiled(x, y)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, fn(x, y))
-    assert npugraph_ex.stats()["totals"]["failed_passes"] == 1
+    assert failed_passes_of_mixed_dtypes(fn) == 1
     (warning,) = [r.getMessage() for r in caplog.records if "pattern_fusion_pass" in r.getMessage()]
     assert "ReplacementError: a replacement changed what" in warning
     assert "float16 [5] on cpu where the graph was traced with float32 [5] on cpu" in warning
