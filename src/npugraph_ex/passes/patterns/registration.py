@@ -3,7 +3,8 @@ failure a ``TypeError`` that names the function and the fix: both functions take
 arguments, the example inputs fit them, ``scalar_workaround`` names number arguments with values
 of their own, and, for a user's pattern, the replacement returns what the search function returns
 for the example inputs (as many results, each of the same shape, dtype and device: the graph past
-a match was traced on the search function's results).
+a match was traced on the search function's results). And, for a user's pattern, the match
+check that compares the two functions' results on each match's values (``results_agree``).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def results_agree(
         mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
         try:
             with mode or contextlib.nullcontext(), torch.no_grad():
-                expected, returned = search_fn(*values), replace_fn(*values)
+                expected, returned = search_fn(*fresh(values)), replace_fn(*fresh(values))
         except Exception as error:  # noqa: BLE001 - a replacement that cannot run is refused
             return refuse(match, f"raises {type(error).__name__}: {error}")
         if same_result(flat(returned), flat(expected)):
@@ -205,8 +206,8 @@ def called_with(
 
 
 def fresh(arguments: list[Any]) -> list[Any]:
-    """Copies of the tensors among ``arguments``: a function that writes its inputs leaves the
-    other's as they were."""
+    """Copies of the tensors among ``arguments`` (fake ones under their mode): a function that
+    writes its inputs leaves the other's, and the graph's values, as they were."""
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in arguments]
 
 
