@@ -71,6 +71,18 @@ def test_a_view_that_still_fits_reads_the_output_in_place(traced) -> None:  # no
     assert out.is_contiguous()
 
 
+def test_a_value_no_pass_recorded_is_worked_out_and_not_compared(traced) -> None:  # noqa: ANN001
+    # An earlier pass may leave a node without a recorded value: past a replacement it gets
+    # one, and nothing is compared with what is not there.
+    a, b = inputs()
+    graph = traced(split_rows, a, b)
+    (product,) = [n for n in graph.gm.graph.nodes if n.target is aten.mul.Tensor]
+    del product.meta["val"]
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    assert product.meta["val"].shape == (2, 3, 8)
+    torch.testing.assert_close(graph.run(a, b)[0], split_rows(a, b))
+
+
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("fn", [flattened, product], ids=["viewed", "returned"])
 @torch.no_grad()

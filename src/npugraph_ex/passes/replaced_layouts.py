@@ -93,8 +93,9 @@ def fit_views(
 
 def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
     """Raise where ``node``'s value, worked out again past a replacement, is of another dtype,
-    device or shape than the graph was traced with: a replacement computed something else."""
-    if same_result(new, old):
+    device or shape than the graph was traced with: a replacement computed something else. (A
+    value not recorded, by a pass that left none, is not compared.)"""
+    if old is None or new is None or same_result(new, old):
         return
     raise ReplacementError(
         f"a replacement changed what {node.name} ({node.target}) computes: "
