@@ -42,13 +42,23 @@ def same_layout(a: Any, b: Any) -> bool:
     )
 
 
+def each_pair(a: Any, b: Any, tensors: Callable[[torch.Tensor, torch.Tensor], bool]) -> bool:
+    """Whether two values hold the same structure (tuples and lists of one length, non-tensors
+    where the other has them) and ``tensors`` holds for each pair of tensors in it."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(each_pair(x, y, tensors) for x, y in zip(a, b, strict=True))
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)
+    return tensors(a, b)
+
+
 def same_result(a: Any, b: Any) -> bool:
     """Whether two values (tensors, or tuples and lists of them) hold one dtype and device per
     tensor and shapes not known to differ: what a computation that replaces another returns."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(map(same_result, a, b))
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)
+    return each_pair(a, b, one_result)
+
+
+def one_result(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (
         a.dtype == b.dtype
         and a.device == b.device

@@ -33,7 +33,14 @@ import torch.fx
 from torch._guards import detect_fake_mode
 
 from npugraph_ex.errors import ReplacementError
-from npugraph_ex.passes.graph_facts import known_equal, same_layout, same_result, value_text
+from npugraph_ex.passes.graph_facts import (
+    each_pair,
+    fake_value,
+    known_equal,
+    same_layout,
+    same_result,
+    value_text,
+)
 
 aten = torch.ops.aten
 VIEW = aten.view.default
@@ -46,9 +53,9 @@ def layouts_kept(graph: torch.fx.Graph) -> Iterator[None]:
     layout it no longer fits reads a contiguous copy of that input, and each graph output whose
     layout changed is copied back into its own (contiguous or channels-last)."""
     earlier = set(graph.nodes)
-    outputs = [output_value(node) for node in output_nodes(graph)]
+    outputs = [fake_value(node) for node in output_nodes(graph)]
     strided = {
-        node: output_value(node.args[0])
+        node: fake_value(node.args[0])
         for node in graph.find_nodes(op="call_function", target=STRIDED)
     }
     yield
@@ -77,11 +84,12 @@ def fit_views(
         if not any(source in moved for source in node.all_input_nodes):
             continue
         if node in strided:
-            lay_out_as_before(graph, node, strided[node], mode)
-        value = fake_value(node, mode)
+            source = copy_as_before(graph, node.args[0], strided[node], mode, node)
+            node.args = (source, *node.args[1:])
+        value = worked_out(node, mode)
         if value is None and node.target is VIEW:
             node.args = (copy_laid_out(graph, node.args[0], mode, node), *node.args[1:])
-            value = fake_value(node, mode)
+            value = worked_out(node, mode)
         if value is None:
             continue
         check_same_result(node, value, node.meta.get("val"))
@@ -116,38 +124,30 @@ def restore_outputs(
         return
     restored = list(nodes)
     for index, (node, old) in enumerate(zip(nodes, before, strict=True)):
-        value = output_value(node)
-        if node not in moved or not isinstance(old, torch.Tensor):
-            continue
-        check_same_result(output, value, old)
-        if same_layouts(value, old):
-            continue
-        layout = dense_layout(old)
-        if layout is not None and isinstance(value, torch.Tensor):
-            restored[index] = copy_laid_out(graph, node, mode, output, layout)
+        if node in moved and isinstance(old, torch.Tensor):
+            check_same_result(output, fake_value(node), old)
+            restored[index] = copy_as_before(graph, node, old, mode, output)
     values = output.args[0]
     output.args = (type(values)(restored) if isinstance(values, (tuple, list)) else restored[0],)
 
 
-def lay_out_as_before(graph: torch.fx.Graph, node: torch.fx.Node, before: Any, mode: Any) -> None:
-    """Give the ``as_strided`` ``node`` a copy of its input in the layout it had ``before``, where
-    that layout moved and was contiguous or channels-last."""
-    source = node.args[0]
-    value = output_value(source)
+def copy_as_before(
+    graph: torch.fx.Graph, source: Any, before: Any, mode: Any, at: torch.fx.Node
+) -> Any:
+    """``source``; or, where its layout moved from ``before``'s and that was contiguous or
+    channels-last, a copy of it laid out so, put in before ``at``."""
+    value = fake_value(source)
     if not isinstance(before, torch.Tensor) or not isinstance(value, torch.Tensor):
-        return
+        return source
     layout = dense_layout(before)
-    if layout is not None and not same_layouts(value, before):
-        node.args = (copy_laid_out(graph, source, mode, node, layout), *node.args[1:])
+    if layout is None or same_layouts(value, before):
+        return source
+    return copy_laid_out(graph, source, mode, at, layout)
 
 
 def output_nodes(graph: torch.fx.Graph) -> list[Any]:
     values = graph.output_node().args[0]
     return list(values) if isinstance(values, (tuple, list)) else [values]
-
-
-def output_value(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def dense_layout(value: torch.Tensor) -> torch.memory_format | None:
@@ -160,13 +160,13 @@ def dense_layout(value: torch.Tensor) -> torch.memory_format | None:
     return None
 
 
-def fake_value(node: torch.fx.Node, mode: Any) -> Any:
+def worked_out(node: torch.fx.Node, mode: Any) -> Any:
     """``node``'s value worked out from its inputs' recorded values; None where it cannot be."""
     if node.target is not operator.getitem and not (
         isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable
     ):
         return None  # an op that writes in place could change its inputs' recorded values
-    values = torch.fx.node.map_arg((node.args, node.kwargs), lambda source: source.meta.get("val"))
+    values = torch.fx.node.map_arg((node.args, node.kwargs), fake_value)
     try:
         with mode:
             return node.target(*values[0], **values[1])
@@ -192,8 +192,8 @@ def copy_laid_out(
 def same_layouts(new: Any, old: Any) -> bool:
     """Whether two values (tensors, or tuples of them) have one shape, stride and offset each,
     known for every value of their sizes."""
-    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)):
-        return len(new) == len(old) and all(map(same_layouts, new, old))
-    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
-        return not isinstance(new, torch.Tensor) and not isinstance(old, torch.Tensor)
+    return each_pair(new, old, one_layout)
+
+
+def one_layout(new: torch.Tensor, old: torch.Tensor) -> bool:
     return same_layout(new, old) and known_equal([new.storage_offset()], [old.storage_offset()])

@@ -34,6 +34,12 @@ def arity(fn: Callable[..., Any]) -> int | None:
     return sum(1 for p in parameters if p.kind in positional)
 
 
+def positional_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The names of ``fn``'s positional arguments, in order (None: any number, ``*args``)."""
+    count = arity(fn)
+    return None if count is None else list(inspect.signature(fn).parameters)[:count]
+
+
 def arguments(count: int) -> str:
     return f"{count} argument" if count == 1 else f"{count} arguments"
 
@@ -69,10 +75,10 @@ def traced_inputs(
     Also taken: one example input per argument, a number in the place of each named one; those
     numbers are dropped (the pattern is traced with ``numbers``' values).
     """
-    count, inputs = arity(search_fn), list(example_inputs)
-    if count is None:
+    names, inputs = positional_names(search_fn), list(example_inputs)
+    if names is None:
         return inputs
-    names = list(inspect.signature(search_fn).parameters)[:count]
+    count = len(names)
     named = [index for index, name in enumerate(names) if name in numbers]
     if named and len(inputs) == count and all(is_number(inputs[i]) for i in named):
         return [value for index, value in enumerate(inputs) if index not in named]
@@ -129,11 +135,10 @@ def check_same_results(
     """For the example inputs (``traced_inputs``, with ``numbers`` in their places), the
     replacement returns as many results as the search function, each of the same shape, dtype
     and device. Where either function fails on them, tracing it reports that instead."""
-    arguments = called_with(search_fn, inputs, numbers)
     try:
-        with torch.no_grad():
-            expected = search_fn(*fresh(arguments))
-            returned = replace_fn(*fresh(arguments))
+        expected, returned = results_of(
+            search_fn, replace_fn, called_with(search_fn, inputs, numbers)
+        )
     except Exception:  # noqa: BLE001 - the tracing that follows reports it
         return
     if not same_result(flat(returned), flat(expected)):
@@ -154,18 +159,17 @@ def results_agree(
     the first refusal of the pattern is logged. A user's replacement may agree with its search
     function on the example inputs and not on a match (``(x * y).to(x.dtype)`` for a float16
     ``x`` and a float32 ``y``)."""
-    count = arity(search_fn)
-    names = list(inspect.signature(search_fn).parameters)[: count or 0]
+    names = positional_names(search_fn)
     refused: list[str] = []
 
     def agree(match: Any) -> bool:
-        if count is None or any(n not in match.kwargs and n not in numbers for n in names):
+        if names is None or any(n not in match.kwargs and n not in numbers for n in names):
             return True  # bound otherwise than by name: the replacement's tracing decides
         values = [bound(match, name, numbers.get(name)) for name in names]
         mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
         try:
-            with mode or contextlib.nullcontext(), torch.no_grad():
-                expected, returned = search_fn(*fresh(values)), replace_fn(*fresh(values))
+            with mode or contextlib.nullcontext():
+                expected, returned = results_of(search_fn, replace_fn, values)
         except Exception as error:  # noqa: BLE001 - a replacement that cannot run is refused
             return refuse(match, f"raises {type(error).__name__}: {error}")
         if same_result(flat(returned), flat(expected)):
@@ -197,12 +201,19 @@ def called_with(
 ) -> list[Any]:
     """The arguments the pattern is traced with: each named in ``numbers`` its example value,
     each other the next of ``inputs``."""
-    count = arity(search_fn)
-    if count is None or not numbers:
+    names = positional_names(search_fn)
+    if names is None or not numbers:
         return list(inputs)
     rest = iter(inputs)
-    names = list(inspect.signature(search_fn).parameters)[:count]
     return [numbers[name] if name in numbers else next(rest) for name in names]
+
+
+def results_of(
+    search_fn: Callable[..., Any], replace_fn: Callable[..., Any], arguments: list[Any]
+) -> tuple[Any, Any]:
+    """What each function returns for ``arguments``, each called on copies of them."""
+    with torch.no_grad():
+        return search_fn(*fresh(arguments)), replace_fn(*fresh(arguments))
 
 
 def fresh(arguments: list[Any]) -> list[Any]:

@@ -172,9 +172,10 @@ def add_replacement(
     check_arities(search_fn, replace_fn)
     check_scalar_workaround(search_fn, numbers)
     inputs = traced_inputs(search_fn, example_inputs, numbers)
-    agree = results_agree(search_fn, replace_fn, numbers) if results_checked else None
+    agree = None
     if results_checked:
         check_same_results(search_fn, replace_fn, inputs, numbers)
+        agree = results_agree(search_fn, replace_fn, numbers)
 
     def check(match: Any) -> bool:
         return (
