@@ -40,6 +40,14 @@ def split_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a, b).view(2, 3, 8) * 2
 
 
+def expanded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, b).unsqueeze(0).expand(2, -1, -1)
+
+
+def sliced(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, b)[:, 1:]
+
+
 def inputs() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(6, 4), torch.randn(4, 8)
 
@@ -84,7 +92,11 @@ def test_a_value_no_pass_recorded_is_worked_out_and_not_compared(traced) -> None
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-@pytest.mark.parametrize("fn", [flattened, product], ids=["viewed", "returned"])
+@pytest.mark.parametrize(
+    "fn",
+    [flattened, product, expanded, sliced],
+    ids=["viewed", "returned", "returned expanded", "returned sliced"],
+)
 @torch.no_grad()
 def test_replays_give_eager_values_in_eager_layout(fn, dynamic) -> None:  # noqa: ANN001
     compiled = torch.compile(
@@ -95,6 +107,24 @@ def test_replays_give_eager_values_in_eager_layout(fn, dynamic) -> None:  # noqa
         out, expected = compiled(a, b), fn(a, b)
         torch.testing.assert_close(out, expected)
         assert out.stride() == expected.stride()
+
+
+def test_an_output_view_is_taken_again_of_its_input_in_the_layout_it_was_traced_on(
+    traced,  # noqa: ANN001
+) -> None:
+    # Eager's output is a view of a contiguous product (strides (0, 8, 1)); a copy of the view
+    # cannot give that layout, so the view is taken again of its input taken again of a
+    # contiguous copy of the product.
+    a, b = inputs()
+    graph = traced(expanded, a, b)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (output,) = graph.gm.graph.output_node().args[0]
+    assert output.target is aten.expand.default
+    assert output.args[0].target is aten.unsqueeze.default
+    assert output.args[0].args[0].target is aten.clone.default
+    out = graph.run(a, b)[0]
+    torch.testing.assert_close(out, expanded(a, b))
+    assert out.stride() == (0, 8, 1)
 
 
 def strided_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -188,3 +218,18 @@ def test_a_channels_last_output_is_copied_back_into_channels_last(traced) -> Non
     out = graph.run(x)[0]
     torch.testing.assert_close(out, doubled(x))
     assert out.stride() == doubled(x).stride()
+
+
+def strided_from_a_slice(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # The slice starts 8 elements into the product's memory, which as_strided reads from.
+    return torch.mm(a, b)[1:].as_strided((3, 8), (16, 1), 8) * 2
+
+
+def test_as_strided_of_a_view_reads_the_view_taken_again_at_its_traced_offset(traced) -> None:  # noqa: ANN001
+    a, b = inputs()
+    graph = traced(strided_from_a_slice, a, b)
+    fuse_patterns(graph.gm, graph.inputs, Config())
+    (strided,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
+    assert strided.args[0].target is aten.slice.Tensor
+    assert strided.args[0].args[0].target is aten.clone.default
+    torch.testing.assert_close(graph.run(a, b)[0], strided_from_a_slice(a, b))

@@ -11,8 +11,9 @@ such a view reads a contiguous copy of its input, as a reshape would:
     before: %o = mm(%b_t, %a_t) -> %t = t(%o) -> %flat = view(%t, [-1])          (fails)
     after:  %o = mm(%b_t, %a_t) -> %t = t(%o) -> %c = clone(%t, contiguous) -> view(%c, [-1])
 
-A graph output whose layout changed is copied back into the layout it had (contiguous or
-channels-last), as eager returns it and Inductor keeps it; so is the input of an ``as_strided``,
+A graph output whose layout changed is laid out again as it was, as eager returns it and
+Inductor keeps it: a contiguous or channels-last one is copied so, a view (an expanded or a
+sliced product) is taken again of its input so restored. So is the input of an ``as_strided``,
 which reads memory as laid out (it would read other values, silently). A view that still fits,
 and every graph no replacement touched, stay as they are. A node whose value is not worked out
 again (an op that writes in place, one without a fake kernel, a data-dependent size) ends the
@@ -24,6 +25,7 @@ this graph with one warning.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +38,7 @@ from npugraph_ex.errors import ReplacementError
 from npugraph_ex.passes.graph_facts import (
     each_pair,
     fake_value,
+    is_view,
     known_equal,
     same_layout,
     same_result,
@@ -54,37 +57,40 @@ def layouts_kept(graph: torch.fx.Graph) -> Iterator[None]:
     layout changed is copied back into its own (contiguous or channels-last)."""
     earlier = set(graph.nodes)
     outputs = [fake_value(node) for node in output_nodes(graph)]
-    strided = {
-        node: fake_value(node.args[0])
-        for node in graph.find_nodes(op="call_function", target=STRIDED)
-    }
+    viewed = {node: fake_value(node.args[0]) for node in graph.nodes if is_view(node)}
     yield
     if set(graph.nodes) == earlier:
         return
     mode = detect_fake_mode([node.meta.get("val") for node in graph.find_nodes(op="placeholder")])
     if mode is not None:
-        moved = fit_views(graph, earlier, strided, mode)
-        restore_outputs(graph, outputs, moved, mode)
+        moved = Moved({node for node in graph.nodes if node not in earlier}, viewed, mode)
+        fit_views(graph, earlier, moved)
+        restore_outputs(graph, outputs, moved)
 
 
-def fit_views(
-    graph: torch.fx.Graph,
-    earlier: set[torch.fx.Node],
-    strided: dict[torch.fx.Node, Any],
-    mode: Any,
-) -> set[torch.fx.Node]:
-    """Work the values past the nodes not in ``earlier`` out again, as far as a layout changed,
-    giving each view that no longer fits a contiguous copy of its input, and each ``as_strided``
-    (which reads its input's memory as laid out) a copy in the layout its input had before
-    (``strided``); returns the nodes whose values are new or moved."""
-    moved = {node for node in graph.nodes if node not in earlier}
+@dataclasses.dataclass
+class Moved:
+    """What the walk past the replacements finds: the nodes whose values are new or moved, each
+    view's input as traced, and the fake mode of the values."""
+
+    nodes: set[torch.fx.Node]
+    viewed: dict[torch.fx.Node, Any]
+    mode: Any
+
+
+def fit_views(graph: torch.fx.Graph, earlier: set[torch.fx.Node], moved: Moved) -> None:
+    """Work the values past the nodes not in ``earlier`` out again, as far as a layout changed
+    (adding those to ``moved``), giving each view that no longer fits a contiguous copy of its
+    input, and each ``as_strided`` (which reads its input's memory as laid out) its input in
+    the layout it was traced on."""
+    mode = moved.mode
     for node in list(graph.nodes):
         if node.op != "call_function" or node not in earlier:
             continue  # a replacement's own nodes were traced on their inputs' values
-        if not any(source in moved for source in node.all_input_nodes):
+        if not any(source in moved.nodes for source in node.all_input_nodes):
             continue
-        if node in strided:
-            source = copy_as_before(graph, node.args[0], strided[node], mode, node)
+        if node.target is STRIDED:
+            source = laid_out_as_before(graph, node.args[0], moved.viewed[node], moved, node)
             node.args = (source, *node.args[1:])
         value = worked_out(node, mode)
         if value is None and node.target is VIEW:
@@ -94,9 +100,8 @@ def fit_views(
             continue
         check_same_result(node, value, node.meta.get("val"))
         if not same_layouts(value, node.meta.get("val")):
-            moved.add(node)
+            moved.nodes.add(node)
         node.meta["val"] = value
-    return moved
 
 
 def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
@@ -113,22 +118,59 @@ def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
     )
 
 
-def restore_outputs(
-    graph: torch.fx.Graph, before: list[Any], moved: set[torch.fx.Node], mode: Any
-) -> None:
-    """Copy each graph output whose layout moved back into its layout of ``before``, where that
-    was contiguous or channels-last (as eager returns it, and Inductor keeps it)."""
+def restore_outputs(graph: torch.fx.Graph, before: list[Any], moved: Moved) -> None:
+    """Copy each graph output whose layout moved back into its layout of ``before``, as eager
+    returns it and Inductor keeps it: a contiguous or channels-last one by a copy, a view
+    (an expanded or sliced one) by taking it again of its input so restored."""
     output = graph.output_node()
     nodes = output_nodes(graph)
     if len(nodes) != len(before):
         return
     restored = list(nodes)
     for index, (node, old) in enumerate(zip(nodes, before, strict=True)):
-        if node in moved and isinstance(old, torch.Tensor):
+        if node in moved.nodes and isinstance(old, torch.Tensor):
             check_same_result(output, fake_value(node), old)
-            restored[index] = copy_as_before(graph, node, old, mode, output)
+            restored[index] = laid_out_as_before(graph, node, old, moved, output)
     values = output.args[0]
     output.args = (type(values)(restored) if isinstance(values, (tuple, list)) else restored[0],)
+
+
+def laid_out_as_before(
+    graph: torch.fx.Graph,
+    node: torch.fx.Node,
+    before: Any,
+    moved: Moved,
+    at: torch.fx.Node,
+) -> Any:
+    """``node``, or where its layout moved from ``before``'s, a node of its values laid out so,
+    put in before ``at``: a view taken again of its input so restored (the offset too), else a
+    copy where ``before`` was contiguous or channels-last; ``node`` itself where neither
+    restores it."""
+    if not isinstance(before, torch.Tensor) or same_layouts(fake_value(node), before):
+        return node
+    again = view_again(graph, node, before, moved, at)
+    return copy_as_before(graph, node, before, moved.mode, at) if again is None else again
+
+
+def view_again(
+    graph: torch.fx.Graph, node: torch.fx.Node, before: torch.Tensor, moved: Moved, at: Any
+) -> torch.fx.Node | None:
+    """View ``node`` taken again, before ``at``, of its input laid out as traced, where that
+    gives ``before``'s layout; None where it does not (or ``node`` is not a view)."""
+    if not is_view(node) or node not in moved.viewed:
+        return None
+    source = node.args[0]
+    restored = laid_out_as_before(graph, source, moved.viewed[node], moved, at)
+    if restored is source:
+        return None
+    with graph.inserting_before(at):
+        again = graph.node_copy(node, lambda arg: restored if arg is source else arg)
+    value = worked_out(again, moved.mode)
+    if value is None or not same_layouts(value, before):
+        graph.erase_node(again)
+        return None
+    again.meta["val"] = value
+    return again
 
 
 def copy_as_before(
