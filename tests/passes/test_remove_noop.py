@@ -32,6 +32,10 @@ def graph_output_clone(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return y, y.clone()  # dropping the clone would make the two outputs one tensor
 
 
+def transposed_clone(x: torch.Tensor) -> torch.Tensor:
+    return x.clone().t()  # dropping the clone would return a view of the caller's input
+
+
 def input_clone_then_write(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
     old = cache.clone()  # the clone keeps the old value; the input is written afterwards
     cache.add_(x)
@@ -62,8 +66,9 @@ def test_ops_that_change_something_stay(traced) -> None:
     [
         (graph_output_clone, lambda: (torch.randn(3),), "aten.clone.default"),
         (input_clone_then_write, lambda: (torch.randn(3), torch.randn(3)), "aten.clone.default"),
+        (transposed_clone, lambda: (torch.randn(3, 4),), "aten.clone.default"),
     ],
-    ids=["clone that is an output", "clone of an input written later"],
+    ids=["clone that is an output", "clone of an input written later", "clone viewed as output"],
 )
 def test_copies_whose_removal_could_be_observed_stay(traced, fn, make_inputs, kept) -> None:
     graph = traced(fn, *make_inputs())
@@ -94,6 +99,32 @@ def test_results_are_those_of_eager_with_the_pass_on_and_off(fn) -> None:
         if fn is graph_output_clone:
             first, second = compiled(inputs[0].clone())
             assert first.data_ptr() != second.data_ptr()
+
+
+VIEWED_COPIES = {
+    "clone": transposed_clone,
+    "times one": lambda x: (x * 1.0).t(),
+    "plus zero": lambda x: (x + 0).view(-1),
+    "divided by one": lambda x: (x / 1).unsqueeze(0),
+    "copy into zeros": lambda x: torch.zeros_like(x).copy_(x).t(),
+}
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["aten", "kernels"])
+@pytest.mark.parametrize("fn", VIEWED_COPIES.values(), ids=VIEWED_COPIES.keys())
+@torch.no_grad()
+def test_a_view_of_a_copy_returned_is_a_new_tensor_on_every_call(fn, kernels: bool) -> None:  # noqa: ANN001
+    # Eager returns a view of a new tensor; the kernels returned a view of the caller's input
+    # from the second call on (the first runs the captured graph), and writing to it wrote to x.
+    compiled = torch.compile(fn, backend="npugraph_ex", options={"static_kernel_compile": kernels})
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        kept = x.clone()
+        out = compiled(x)
+        assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        assert out.stride() == fn(x).stride()
+        out.add_(1)
+        assert torch.equal(x, kept)
 
 
 def full_slices(x: torch.Tensor) -> torch.Tensor:

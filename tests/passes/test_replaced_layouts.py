@@ -233,3 +233,33 @@ def test_as_strided_of_a_view_reads_the_view_taken_again_at_its_traced_offset(tr
     assert strided.args[0].target is aten.slice.Tensor
     assert strided.args[0].args[0].target is aten.clone.default
     torch.testing.assert_close(graph.run(a, b)[0], strided_from_a_slice(a, b))
+
+
+def shifted_back(x: torch.Tensor) -> torch.Tensor:
+    return (x + 0.5) - 0.5
+
+
+def itself(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["aten", "kernels"])
+@torch.no_grad()
+def test_an_output_a_replacement_made_the_input_is_a_new_tensor(kernels: bool) -> None:
+    # Eager's output is a new tensor; the replacement made it the caller's input itself, which
+    # the kernels returned as it is: writing to the output wrote to the input.
+    npugraph_ex.register_replacement(shifted_back, itself, [torch.randn(4)])
+    compiled = torch.compile(
+        lambda x: (shifted_back(x), shifted_back(x).t()),
+        backend="npugraph_ex",
+        options={"static_kernel_compile": kernels},
+    )
+    for _ in range(3):  # the first call runs the captured graph, the next ones the replay
+        x = torch.randn(3, 4)
+        kept = x.clone()
+        out, transposed = compiled(x)
+        assert out.data_ptr() != x.data_ptr() and transposed.data_ptr() != x.data_ptr()
+        out.add_(1)
+        transposed.add_(1)
+        assert torch.equal(x, kept)
+        assert transposed.stride() == (1, 4)

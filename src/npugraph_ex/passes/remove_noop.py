@@ -8,8 +8,9 @@ Two kinds, both only where the result has its input's sizes, strides and dtype:
 - *copies* (``clone``, same-dtype ``_to_copy`` / ``convert_element_type``, a one-input ``cat``,
   ``x * 1``, ``x + 0``, ``x - 0``, ``x / 1``, ``pow(x, 1)``): each makes a new tensor, so dropping
   it makes its users share memory with its input. That is done only where nothing writes either
-  side (so the sharing cannot be observed) and the copy is not a graph output (so no new aliasing
-  between an input and an output, or between two outputs, appears);
+  side (so the sharing cannot be observed) and neither the copy nor a view of it is a graph
+  output (so no new aliasing between an input and an output, or between two outputs, appears:
+  ``(x * 1.0).t()`` returned a view of the caller's ``x``);
 - *views* of the whole tensor (same-shape ``view``/``reshape``/``_unsafe_view``/``expand``,
   full ``slice`` however its end is written, ``alias``): they alias their input already; kept
   where they are graph outputs.
@@ -190,6 +191,11 @@ def is_output(node: torch.fx.Node) -> bool:
     return any(user.op == "output" for user in node.users)
 
 
+def reaches_output(node: torch.fx.Node) -> bool:
+    """Whether the node, or a view of it, is a graph output."""
+    return any(is_output(alias) for alias in aliases_of(node))
+
+
 def removable(node: torch.fx.Node) -> torch.fx.Node | None:
     """The node's input, if the node can be replaced by it."""
     check = COPIES.get(node.target) or VIEWS.get(node.target)
@@ -198,7 +204,9 @@ def removable(node: torch.fx.Node) -> torch.fx.Node | None:
         return None
     if not same_layout(fake_value(node), fake_value(source)) or not check(node):
         return None
-    if node.target in COPIES and (is_written(root_of(source)) or is_written(node)):
+    if node.target in COPIES and (
+        is_written(root_of(source)) or is_written(node) or reaches_output(node)
+    ):
         return None
     return source
 

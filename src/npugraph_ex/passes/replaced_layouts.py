@@ -14,7 +14,9 @@ such a view reads a contiguous copy of its input, as a reshape would:
 A graph output whose layout changed is laid out again as it was, as eager returns it and
 Inductor keeps it: a contiguous or channels-last one is copied so, a view (an expanded or a
 sliced product) is taken again of its input so restored. So is the input of an ``as_strided``,
-which reads memory as laid out (it would read other values, silently). A view that still fits,
+which reads memory as laid out (it would read other values, silently). An output that a
+replacement made the graph's input (``x * 1.0`` replaced by ``x``) is copied, as eager gives a
+new tensor: the caller writing to it would write to its input. A view that still fits,
 and every graph no replacement touched, stay as they are. A node whose value is not worked out
 again (an op that writes in place, one without a fake kernel, a data-dependent size) ends the
 walk there. A value past a replacement of another dtype, device or shape than traced (a user's
@@ -54,9 +56,9 @@ STRIDED = aten.as_strided.default
 def layouts_kept(graph: torch.fx.Graph) -> Iterator[None]:
     """Around replacements in ``graph``: afterwards, each view past a replacement whose input's
     layout it no longer fits reads a contiguous copy of that input, and each graph output whose
-    layout changed is copied back into its own (contiguous or channels-last)."""
+    layout changed gets its own back (``restore_outputs``)."""
     earlier = set(graph.nodes)
-    outputs = [fake_value(node) for node in output_nodes(graph)]
+    outputs = [Output(fake_value(node), input_viewed(node)) for node in output_nodes(graph)]
     viewed = {node: fake_value(node.args[0]) for node in graph.nodes if is_view(node)}
     yield
     if set(graph.nodes) == earlier:
@@ -118,19 +120,41 @@ def check_same_result(node: torch.fx.Node, new: Any, old: Any) -> None:
     )
 
 
-def restore_outputs(graph: torch.fx.Graph, before: list[Any], moved: Moved) -> None:
-    """Copy each graph output whose layout moved back into its layout of ``before``, as eager
-    returns it and Inductor keeps it: a contiguous or channels-last one by a copy, a view
-    (an expanded or sliced one) by taking it again of its input so restored."""
+@dataclasses.dataclass
+class Output:
+    """A graph output as traced: its value, and the graph input it is or views, if any."""
+
+    value: Any
+    input: torch.fx.Node | None
+
+
+def input_viewed(node: Any) -> torch.fx.Node | None:
+    """The graph input ``node`` is, or is a view of; None where it is neither."""
+    while isinstance(node, torch.fx.Node) and is_view(node):
+        node = node.args[0]
+    return node if isinstance(node, torch.fx.Node) and node.op == "placeholder" else None
+
+
+def restore_outputs(graph: torch.fx.Graph, before: list[Output], moved: Moved) -> None:
+    """Give each graph output whose layout moved its layout of ``before`` back, as eager
+    returns it and Inductor keeps it: a view (an expanded or sliced one) by taking it again of
+    its input so restored, another value by a copy. An output that a replacement made a graph
+    input (or a view of one) where it was not is copied: the caller writing to it would write
+    to its input."""
     output = graph.output_node()
     nodes = output_nodes(graph)
     if len(nodes) != len(before):
         return
     restored = list(nodes)
     for index, (node, old) in enumerate(zip(nodes, before, strict=True)):
-        if node in moved.nodes and isinstance(old, torch.Tensor):
-            check_same_result(output, fake_value(node), old)
-            restored[index] = laid_out_as_before(graph, node, old, moved, output)
+        if not isinstance(old.value, torch.Tensor):
+            continue
+        if node in moved.nodes:
+            check_same_result(output, fake_value(node), old.value)
+            restored[index] = laid_out_as_before(graph, node, old.value, moved, output)
+        if old.input is None and input_viewed(restored[index]) is not None:
+            layout = dense_layout(old.value) or torch.preserve_format
+            restored[index] = copy_laid_out(graph, restored[index], moved.mode, output, layout)
     values = output.args[0]
     output.args = (type(values)(restored) if isinstance(values, (tuple, list)) else restored[0],)
 
