@@ -105,6 +105,30 @@ def test_mutated_input_at_a_new_address_recaptures(device: str) -> None:
 
 
 @torch.no_grad()
+def test_a_written_input_new_on_every_call_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    # Every call's cache is a new tensor: every call is a capture, which the graph says once,
+    # after four in a row; a replay between two moves starts the count again.
+    model = KvCache()
+    fn = compiled(model, dynamic=False)
+    pos, x = torch.tensor([1]), torch.randn(1, 4)
+    kept = torch.zeros(6, 4)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for cache in [torch.zeros(6, 4) for _ in range(3)] + [kept, kept]:
+            fn(cache, pos, x)  # three moves in a row, then a replay
+        assert not caplog.records
+        for _ in range(6):
+            fn(torch.zeros(6, 4), pos, x)
+    assert only_graph()["recaptures"] == {"mutated input moved": 9}
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(
+        "npugraph_ex: graph[0/0] was captured again on each of its last 4 calls, not replayed: "
+        "a tensor it writes in place arrived at a new address every time (it writes tensors of "
+        "shapes 6x4), and a capture writes to the address it was captured with."
+    )
+    assert "Write into one tensor kept across calls" in said
+
+
+@torch.no_grad()
 def test_parameter_at_a_new_address_is_a_new_key(device: str) -> None:
     lin = torch.nn.Linear(4, 3).to(device)
     fn = compiled(lin)

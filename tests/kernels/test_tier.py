@@ -225,6 +225,30 @@ def test_the_swap_writes_a_written_input_once() -> None:
 
 
 @torch.no_grad()
+def test_outputs_share_memory_as_eagers_do_on_every_call_the_swap_included() -> None:
+    # The swap's call returned the kernels' results as copies, one each: y.t() and y[1:] no
+    # longer viewed y (an offset of 0 where eager's is 3), on that one call.
+    def viewed_twice(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return y, y.t(), y[1:]
+
+    fn = torch.compile(
+        viewed_twice, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01}
+    )
+
+    def views_of_one_tensor(got: tuple[torch.Tensor, ...], args: Any) -> None:
+        y, transposed, rows = got
+        assert y.untyped_storage().data_ptr() == transposed.untyped_storage().data_ptr()
+        assert y.untyped_storage().data_ptr() == rows.untyped_storage().data_ptr()
+        assert rows.storage_offset() - y.storage_offset() == 3
+        torch.testing.assert_close(y, args[0] * 2)
+
+    settle(fn, lambda: (torch.randn(3, 3),), views_of_one_tensor)
+    (graph,) = graphs_called()
+    assert graph["background"] == {"kernels": 1}, graph["background"]
+
+
+@torch.no_grad()
 def test_a_key_on_kernels_reads_the_callers_inputs_without_copying_them() -> None:
     # Compiled kernels take any tensors of the key's sizes: once a key settles on them, a call
     # hands its own inputs to the kernels, and the key's input buffers are no longer written.

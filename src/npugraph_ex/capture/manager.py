@@ -35,6 +35,8 @@ from npugraph_ex.runtime.output_copies import copied_outputs
 log = logging.getLogger(__name__)
 
 GLOBAL_CAPTURE_LOCK = threading.RLock()
+MOVED = "mutated input moved"
+"""The recapture of a key whose written input arrived at a new address."""
 """Held during every capture made with ``capture_error_mode="global"``."""
 
 
@@ -47,6 +49,9 @@ class CapturedKey:
     replays: int = 0
     released: bool = False
     """Dropped while another thread had it in hand: that call runs eagerly (``replay``)."""
+    moves_in_a_row: int = 0
+    """Captures of this key in a row, each because a tensor the graph writes arrived at a new
+    address, with no replay between them."""
 
 
 class CaptureManager:
@@ -107,7 +112,7 @@ class CaptureManager:
         if self.config.force_recapture:
             return self.capture(key, args, recapture_reason="force_recapture")
         if self.layout.mutated_addresses(args) != entry.staged.mutated_addresses:
-            return self.capture(key, args, recapture_reason="mutated input moved")
+            return self.capture(key, args, recapture_reason=MOVED)
         return self.replay(entry, args)
 
     def replay(
@@ -195,12 +200,25 @@ class CaptureManager:
             graph = self.programs.tiered(captured.graph, capture_again, staged.args, kept, written)
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
+            if recapture_reason == MOVED:
+                self.count_moves(entry, old, time.perf_counter() - started)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))
             if recapture_reason is None:
                 notices.say_value_keys(self.stats.name, self.number, self.layout, key, self.entries)
             if folder is not None:
                 write_capture_summary(folder, label, captured.graph)
             return self.for_caller(captured.outputs, staged.args)
+
+    def count_moves(self, entry: CapturedKey, old: CapturedKey | None, seconds: float) -> None:
+        """``entry`` was captured because a written input moved: say so once when every call
+        in a row has been such a capture."""
+        in_a_row = old is not None and old.replays == 0
+        entry.moves_in_a_row = old.moves_in_a_row + 1 if in_a_row and old is not None else 1
+        if entry.moves_in_a_row == notices.MOVED_INPUTS_NOTICE:
+            shapes = [tuple(entry.staged.args[i].shape) for i in self.layout.mutated]
+            notices.say_moved_inputs(
+                self.stats.name, self.number, entry.moves_in_a_row, shapes, seconds
+            )
 
     def after_failed_capture(self, args: list[Any], error: Exception) -> list[Any]:
         """Run the call eagerly. If eager fails too, the call itself is bad (an index out of

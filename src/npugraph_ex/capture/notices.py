@@ -17,6 +17,11 @@ VALUE_KEYS_NOTICE = 4
 the graph says that every new value is a new capture."""
 
 
+MOVED_INPUTS_NOTICE = 4
+"""Captures of one key in a row, each because a tensor the graph writes arrived at a new
+address, after which the graph says that such calls capture instead of replaying."""
+
+
 def strict_error(name: str, blocker: str) -> UnsupportedGraphError:
     return UnsupportedGraphError(
         f"{name} cannot be captured: {blocker}. Set "
@@ -67,4 +72,26 @@ def say_value_keys(name: str, number: int, layout: Any, key: tuple, keys: Iterab
         name,
         len(values),
         "; ".join(values),
+    )
+
+
+def say_moved_inputs(
+    name: str, number: int, calls: int, shapes: list[tuple[int, ...]], seconds: float
+) -> None:
+    """Say once when a key has been captured again on ``calls`` calls in a row because a tensor
+    the graph writes (of ``shapes``) arrived at a new address each time."""
+    log_once(
+        log,
+        logging.WARNING,
+        ("moved inputs", number),
+        "npugraph_ex: %s was captured again on each of its last %d calls, not replayed: a "
+        "tensor it writes in place arrived at a new address every time (it writes tensors of "
+        "shapes %s), and a capture writes to the address it was captured with. Each such "
+        "call pays a capture "
+        "(%.1f ms the last time). Write into one tensor kept across calls (allocate it once, "
+        "as a static KV cache is), or return the new value instead of writing it in place.",
+        name,
+        calls,
+        ", ".join("x".join(map(str, shape)) or "scalar" for shape in shapes),
+        seconds * 1e3,
     )

@@ -252,9 +252,11 @@ class TieredGraph(CapturedGraph):
 
     def swap_in(self, made: Compile) -> list[Any]:
         """This call runs the kernels, as their capture, then the ATen graph, on the same
-        inputs (the written ones put back between the two): the kernels serve from this call
-        on where the two agree, else the key keeps ATen. The kernels run first: the ATen
-        graph may reuse its input buffers' bytes once it has read them."""
+        inputs (the written ones put back between the two): the kernels serve from the next
+        call on where the two agree, else the key keeps ATen. The kernels run first: the ATen
+        graph may reuse its input buffers' bytes once it has read them. The call returns the
+        ATen graph's results: the kernels' are copies, made to compare, which no longer share
+        memory where eager's outputs do (``y`` and ``y.t()``)."""
         if made.symbolic and not guards_hold(made.guards, self.args):
             self.ask_own()
             return self.aten.replay()
@@ -283,7 +285,7 @@ class TieredGraph(CapturedGraph):
         self.move(KeyState.TRIAL)
         if made.stored:  # kept by an earlier process: no trial
             self.use_kernels()
-        return got[: len(got) - len(self.written)]
+        return outputs
 
     def trial(self) -> list[Any]:
         if PROCESSES.in_flight:  # another compile shares the cores: no fair time; wait untimed
