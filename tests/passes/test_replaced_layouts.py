@@ -132,13 +132,29 @@ def strided_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a, b).as_strided((3, 8), (16, 1)) * 2
 
 
-def test_as_strided_reads_its_input_in_the_layout_it_was_traced_on(traced) -> None:  # noqa: ANN001
+def strided_from_a_slice(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # The slice starts 8 elements into the product's memory, which as_strided reads from.
+    return torch.mm(a, b)[1:].as_strided((3, 8), (16, 1), 8) * 2
+
+
+@pytest.mark.parametrize(
+    ("fn", "read"),
+    [
+        (strided_rows, [aten.clone.default]),
+        (strided_from_a_slice, [aten.slice.Tensor, aten.clone.default]),
+    ],
+    ids=["of the product", "of a slice, at its offset"],
+)
+def test_as_strided_reads_its_input_in_the_layout_it_was_traced_on(traced, fn, read) -> None:  # noqa: ANN001
+    # A contiguous copy of the product; of a slice, the slice taken again of that copy.
     a, b = inputs()
-    graph = traced(strided_rows, a, b)
+    graph = traced(fn, a, b)
     fuse_patterns(graph.gm, graph.inputs, Config())
-    (strided,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
-    assert strided.args[0].target is aten.clone.default
-    torch.testing.assert_close(graph.run(a, b)[0], strided_rows(a, b))
+    (node,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
+    for target in read:
+        node = node.args[0]
+        assert node.target is target
+    torch.testing.assert_close(graph.run(a, b)[0], fn(a, b))
 
 
 def product_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -218,21 +234,6 @@ def test_a_channels_last_output_is_copied_back_into_channels_last(traced) -> Non
     out = graph.run(x)[0]
     torch.testing.assert_close(out, doubled(x))
     assert out.stride() == doubled(x).stride()
-
-
-def strided_from_a_slice(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    # The slice starts 8 elements into the product's memory, which as_strided reads from.
-    return torch.mm(a, b)[1:].as_strided((3, 8), (16, 1), 8) * 2
-
-
-def test_as_strided_of_a_view_reads_the_view_taken_again_at_its_traced_offset(traced) -> None:  # noqa: ANN001
-    a, b = inputs()
-    graph = traced(strided_from_a_slice, a, b)
-    fuse_patterns(graph.gm, graph.inputs, Config())
-    (strided,) = [n for n in graph.gm.graph.nodes if n.target is aten.as_strided.default]
-    assert strided.args[0].target is aten.slice.Tensor
-    assert strided.args[0].args[0].target is aten.clone.default
-    torch.testing.assert_close(graph.run(a, b)[0], strided_from_a_slice(a, b))
 
 
 def shifted_back(x: torch.Tensor) -> torch.Tensor:
