@@ -298,6 +298,22 @@ def test_a_key_captured_after_its_graph_turned_hot_says_it_asks_at_its_next_repl
     assert said == "not hot: asks for the graph's shared kernels at its next replay (ATen)"
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x.float(), lambda x: x.detach()],
+    ids=["no op in the graph", "no op after inductor's passes"],
+)
+@torch.no_grad()
+def test_a_graph_that_runs_no_op_keeps_aten_without_a_warning(fn, caplog) -> None:  # noqa: ANN001
+    # Inductor hands such a graph back as it is, which a compile process cannot send: the
+    # compile "failed" with an AttributeError, and said so in a warning.
+    compiled = torch.compile(fn, backend="npugraph_ex", options=TIER)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        settle(compiled, lambda: (torch.randn(3, 3),), lambda got, args: None)
+    assert key_reason() == "aten kept: not chosen: nothing to compile: the graph runs no op"
+    assert not caplog.records
+
+
 def test_the_state_table_settles_every_key_and_releases_from_anywhere() -> None:
     assert SETTLED == {
         KeyState.KERNELS,

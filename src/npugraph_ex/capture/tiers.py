@@ -40,6 +40,7 @@ from npugraph_ex.debug.once import log_once
 from npugraph_ex.errors import error_summary
 from npugraph_ex.kernels.cores import serving_threads
 from npugraph_ex.kernels.processes import PROCESSES
+from npugraph_ex.kernels.remote_compile import NOTHING_TO_COMPILE
 from npugraph_ex.kernels.symbolic import guards_hold
 from npugraph_ex.kernels.tier import Compile, CompileState, KernelTier
 from npugraph_ex.runtime.base import Capture, CapturedGraph, Program
@@ -79,7 +80,7 @@ TRANSITIONS: dict[KeyState, frozenset[KeyState]] = {
     S.NOT_HOT: frozenset({S.QUEUED, S.PENDING, S.NOT_CHOSEN, S.RELEASED}),
     S.QUEUED: frozenset({S.PENDING, S.RELEASED}),
     S.PENDING: frozenset(
-        {S.NOT_HOT, S.PENDING, S.TRIAL, S.KERNELS, S.DISAGREE, S.FAILED, S.RELEASED}
+        {S.NOT_HOT, S.PENDING, S.TRIAL, S.KERNELS, S.NOT_CHOSEN, S.DISAGREE, S.FAILED, S.RELEASED}
     ),
     S.TRIAL: frozenset({S.KERNELS, S.SLOWER, S.RELEASED}),
     S.SLOWER: frozenset({S.PENDING, S.RELEASED}),  # tried again (``RETRIAL_SECONDS``)
@@ -129,7 +130,9 @@ class TieredGraph(CapturedGraph):
         """Trials its kernels lost so far."""
         self.retrial_at: float | None = None
         """When kernels kept slower are tried again (``time.monotonic``); None: never."""
-        if not tier.wants(args):
+        if tier.empty:
+            self.move(KeyState.NOT_CHOSEN, NOTHING_TO_COMPILE)
+        elif not tier.wants(args):
             self.move(KeyState.NOT_CHOSEN, "static_kernel_sym_values leaves it out")
         else:
             self.take_stored()
@@ -216,7 +219,9 @@ class TieredGraph(CapturedGraph):
 
     def after_failure(self, made: Compile) -> None:
         """A compile this key waited for failed (or did not load)."""
-        if made.stored:
+        if NOTHING_TO_COMPILE in made.error:  # Inductor's own passes left no op: not a failure
+            self.keep_aten(KeyState.NOT_CHOSEN, NOTHING_TO_COMPILE)
+        elif made.stored:
             log.info("%s: stored kernels did not serve (%s); compiled again", self.name, made.error)
             self.tier.forget(made)
             self.move(KeyState.NOT_HOT)

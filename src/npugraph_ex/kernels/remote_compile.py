@@ -14,6 +14,10 @@ from npugraph_ex.kernels.symbolic import SymbolicSpec, guards_of, symbolic_input
 from npugraph_ex.runtime import runtime_for
 from npugraph_ex.runtime.platform import platform_for
 
+NOTHING_TO_COMPILE = "nothing to compile: the graph runs no op"
+"""Why a key whose graph runs no op (``x.detach()``) keeps its ATen replay: Inductor hands such
+a graph back as it is, which no compile process can send."""
+
 InputSpec = tuple[Any, ...]
 """A tensor input's ``("tensor", sizes, strides, dtype, device)``, or ``("value", v)``."""
 
@@ -64,5 +68,7 @@ def compile_in_worker(
     with runtime_for(device).loading_facts() as facts:
         compiled = lower(load_graph(graph), args, device, use_cache, fake_mode)
     guards = guards_of(fake_mode, args) if symbolic is not None else None
+    if not hasattr(compiled, "prepare_for_serialization"):  # the graph itself: no op left
+        raise RuntimeError(NOTHING_TO_COMPILE)
     compiled.prepare_for_serialization()
     return GraphPickler.dumps(compiled), guards, facts

@@ -169,6 +169,8 @@ class KernelTier:
         self.cores = config.background_cores
         self.seconds = config.background_compile_seconds
         self.chooses = config.static_kernels_for
+        self.empty = not any(node.op.startswith("call") for node in gm.graph.nodes)
+        """No op to compile (``remote_compile.NOTHING_TO_COMPILE``)."""
         self.threads = torch.get_num_threads()
         """The intra-op threads of calls, read here: a replay during a compile runs with fewer
         (``kernels/cores``)."""
