@@ -35,9 +35,9 @@ from npugraph_ex.runtime.output_copies import copied_outputs
 log = logging.getLogger(__name__)
 
 GLOBAL_CAPTURE_LOCK = threading.RLock()
+"""Held during every capture made with ``capture_error_mode="global"``."""
 MOVED = "mutated input moved"
 """The recapture of a key whose written input arrived at a new address."""
-"""Held during every capture made with ``capture_error_mode="global"``."""
 
 
 @dataclass
@@ -212,8 +212,9 @@ class CaptureManager:
     def count_moves(self, entry: CapturedKey, old: CapturedKey | None, seconds: float) -> None:
         """``entry`` was captured because a written input moved: say so once when every call
         in a row has been such a capture."""
-        in_a_row = old is not None and old.replays == 0
-        entry.moves_in_a_row = old.moves_in_a_row + 1 if in_a_row and old is not None else 1
+        entry.moves_in_a_row = 1
+        if old is not None and old.replays == 0:
+            entry.moves_in_a_row += old.moves_in_a_row
         if entry.moves_in_a_row == notices.MOVED_INPUTS_NOTICE:
             shapes = [tuple(entry.staged.args[i].shape) for i in self.layout.mutated]
             notices.say_moved_inputs(

@@ -87,9 +87,9 @@ def say_moved_inputs(
         "npugraph_ex: %s was captured again on each of its last %d calls, not replayed: a "
         "tensor it writes in place arrived at a new address every time (it writes tensors of "
         "shapes %s), and a capture writes to the address it was captured with. Each such "
-        "call pays a capture "
-        "(%.1f ms the last time). Write into one tensor kept across calls (allocate it once, "
-        "as a static KV cache is), or return the new value instead of writing it in place.",
+        "call pays a capture (%.1f ms the last time). Write into one tensor kept across calls "
+        "(allocate it once, as a static KV cache is), or return the new value instead of "
+        "writing it in place.",
         name,
         calls,
         ", ".join("x".join(map(str, shape)) or "scalar" for shape in shapes),

@@ -15,8 +15,8 @@ A graph output whose layout changed is laid out again as it was, as eager return
 Inductor keeps it: a contiguous or channels-last one is copied so, a view (an expanded or a
 sliced product) is taken again of its input so restored. So is the input of an ``as_strided``,
 which reads memory as laid out (it would read other values, silently). An output that a
-replacement made the graph's input (``x * 1.0`` replaced by ``x``) is copied, as eager gives a
-new tensor: the caller writing to it would write to its input. A view that still fits,
+replacement made the graph's input (``(x + 0.5) - 0.5`` replaced by ``x``) is copied, as eager
+gives a new tensor: the caller writing to it would write to its input. A view that still fits,
 and every graph no replacement touched, stay as they are. A node whose value is not worked out
 again (an op that writes in place, one without a fake kernel, a data-dependent size) ends the
 walk there. A value past a replacement of another dtype, device or shape than traced (a user's
