@@ -6,6 +6,7 @@ import logging
 import math
 import pickle
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from models import make_mlp
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.cache.entry import entry_key
 from npugraph_ex.cache.files import CacheFileError, read_entry, write_entry
+from npugraph_ex.cache.fingerprint import PACKAGE, package_digest
 from npugraph_ex.cli import main as cli_main
 from npugraph_ex.config import Config
 from npugraph_ex.errors import ConfigError, ConfigTypeError
@@ -137,6 +139,22 @@ def scaled_lambdas() -> list[Callable[..., Any]]:
         lambda x, approximate="none": x * 1.0,
         lambda x, approximate="none": x * 2.0,
     ]
+
+
+def test_the_packages_own_source_is_part_of_the_cache_key(tmp_path: Path) -> None:
+    # A stored graph is what this package's passes made of the trace: a build whose passes
+    # changed, at the same version number, must not load it (one did: a remove_noop_ops fix
+    # would not have reached graphs stored before it).
+    key = entry_key(make_mlp().forward, Config(), dynamic=True, cache_dir=tmp_path, ranks={})
+    version, digest = key.parts["npugraph_ex"].split()
+    assert version == npugraph_ex.__version__ and digest == package_digest(PACKAGE)
+    copy = tmp_path / "package"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert package_digest(copy) == digest
+    edited = copy / "passes" / "remove_noop.py"
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    package_digest.cache_clear()
+    assert package_digest(copy) != digest
 
 
 def test_decompositions_are_part_of_the_cache_key(tmp_path: Path) -> None:

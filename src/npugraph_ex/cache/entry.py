@@ -28,6 +28,7 @@ from npugraph_ex.cache.fingerprint import (
     digest,
     file_digest,
     module_structure,
+    package_digest,
     qualified_name,
 )
 from npugraph_ex.cache.frame import FrameRecord
@@ -73,7 +74,7 @@ def entry_key(
     code += [f"{op} {code_digest(fn)}" for op, fn in decompositions]
     parts = {
         "format": str(FORMAT),
-        "npugraph_ex": __version__,
+        "npugraph_ex": f"{__version__} {package_digest()}",
         "torch": f"{torch.__version__} {torch.version.git_version}",
         "python": sys.version,
         "machine": platform.machine(),

@@ -12,14 +12,18 @@ the cache checks the same things in its own terms:
 - ``global_state``: the global modes Dynamo guards (grad, autocast, default dtype, ...).
 - ``code_digest``: a function's code, recursively through nested code objects, for the methods
   and the callables in the options.
+- ``package_digest``: this package's own source, whose passes made the stored graph (a build
+  that changes a pass, at the same version number, must not load graphs the old one made).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -147,3 +151,16 @@ def file_digest(path: str) -> str | None:
             return hashlib.sha256(stream.read()).hexdigest()
     except OSError:
         return None
+
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def package_digest(root: Path = PACKAGE) -> str:
+    """The sha256 of the names and bytes of every Python file under ``root`` (this package)."""
+    total = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        total.update(path.relative_to(root).as_posix().encode())
+        total.update(hashlib.sha256(path.read_bytes()).digest())
+    return total.hexdigest()
