@@ -170,18 +170,24 @@ def laid_out_as_before(
     put in before ``at``: a view taken again of its input so restored (the offset too), else a
     copy where ``before`` was contiguous or channels-last; ``node`` itself where neither
     restores it."""
-    if not isinstance(before, torch.Tensor) or same_layouts(fake_value(node), before):
+    value = fake_value(node)
+    if not isinstance(before, torch.Tensor) or not isinstance(value, torch.Tensor):
+        return node
+    if same_layouts(value, before):
         return node
     again = view_again(graph, node, before, moved, at)
-    return copy_as_before(graph, node, before, moved.mode, at) if again is None else again
+    if again is not None:
+        return again
+    layout = dense_layout(before)
+    return node if layout is None else copy_laid_out(graph, node, moved.mode, at, layout)
 
 
 def view_again(
     graph: torch.fx.Graph, node: torch.fx.Node, before: torch.Tensor, moved: Moved, at: Any
 ) -> torch.fx.Node | None:
     """View ``node`` taken again, before ``at``, of its input laid out as traced, where that
-    gives ``before``'s layout; None where it does not (or ``node`` is not a view)."""
-    if not is_view(node) or node not in moved.viewed:
+    gives ``before``'s layout; None where it does not (or ``node`` was not a view as traced)."""
+    if node not in moved.viewed:
         return None
     source = node.args[0]
     restored = laid_out_as_before(graph, source, moved.viewed[node], moved, at)
@@ -195,20 +201,6 @@ def view_again(
         return None
     again.meta["val"] = value
     return again
-
-
-def copy_as_before(
-    graph: torch.fx.Graph, source: Any, before: Any, mode: Any, at: torch.fx.Node
-) -> Any:
-    """``source``; or, where its layout moved from ``before``'s and that was contiguous or
-    channels-last, a copy of it laid out so, put in before ``at``."""
-    value = fake_value(source)
-    if not isinstance(before, torch.Tensor) or not isinstance(value, torch.Tensor):
-        return source
-    layout = dense_layout(before)
-    if layout is None or same_layouts(value, before):
-        return source
-    return copy_laid_out(graph, source, mode, at, layout)
 
 
 def output_nodes(graph: torch.fx.Graph) -> list[Any]:
