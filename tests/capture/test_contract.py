@@ -104,6 +104,32 @@ def test_mutated_input_at_a_new_address_recaptures(device: str) -> None:
     assert totals()["captures"] == 2
 
 
+def add_into_second(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    torch.add(x, y, out=y)
+    return y.t()
+
+
+def write_both(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.add_(1), y.mul_(2), x.t()
+
+
+@pytest.mark.parametrize("fn", [add_into_second, write_both])
+@pytest.mark.parametrize("kernels", [False, True], ids=["aten", "kernels"])
+@torch.no_grad()
+def test_inputs_that_view_one_tensor_are_written_where_the_caller_sees_them(
+    device: str, fn, kernels: bool
+) -> None:
+    """``f(b[0], b[1])``: the two inputs share one storage as traced. A write to the second
+    was once taken for a write to the first, so the second was copied, written in the copy,
+    and the caller's tensor never changed."""
+    compiled_fn = compiled(fn, dynamic=False, static_kernel_compile=kernels)
+    for _ in range(3):
+        base = torch.randn(2, 3, 3, device=device)
+        eager_base = base.clone()
+        assert_trees_equal(compiled_fn(base[0], base[1]), fn(eager_base[0], eager_base[1]))
+        assert torch.equal(base, eager_base)
+
+
 @torch.no_grad()
 def test_a_written_input_new_on_every_call_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
     # Every call's cache is a new tensor: every call is a capture, which the graph says once,

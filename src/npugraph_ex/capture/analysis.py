@@ -48,12 +48,16 @@ class GraphFacts:
 
 
 def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
-    """Indices of placeholders whose storage some op writes (views of them included)."""
-    storage_owner: dict[StorageWeakRef, int] = {}
+    """Indices of placeholders whose storage some op writes (views of them included).
+
+    Inputs the caller passed as views of one tensor (``f(b[0], b[1])``) share one storage as
+    traced: a write to one marks them all, so none is read from, or written to, a copy.
+    """
+    storage_owners: dict[StorageWeakRef, list[int]] = {}
     for index, node in enumerate(graph.find_nodes(op="placeholder")):
         value = fake_value(node)
         if isinstance(value, torch.Tensor):
-            storage_owner.setdefault(StorageWeakRef(value.untyped_storage()), index)
+            storage_owners.setdefault(StorageWeakRef(value.untyped_storage()), []).append(index)
     mutated = set()
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None)
@@ -68,9 +72,7 @@ def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
             for written in torch.utils._pytree.tree_leaves(value):
                 fake = fake_value(written) if isinstance(written, torch.fx.Node) else None
                 if isinstance(fake, torch.Tensor):
-                    owner = storage_owner.get(StorageWeakRef(fake.untyped_storage()))
-                    if owner is not None:
-                        mutated.add(owner)
+                    mutated.update(storage_owners.get(StorageWeakRef(fake.untyped_storage()), ()))
     return frozenset(mutated)
 
 
