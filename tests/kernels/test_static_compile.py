@@ -165,3 +165,22 @@ def test_a_recapture_reuses_the_kernels_of_its_shapes() -> None:
     assert graph["recaptures"] == {"mutated input moved": 1}
     made = graph["static_kernels"]
     assert made["reused"] == 1 and made.get("compiled", 0) + made.get("cache_hit", 0) == 1
+
+
+def scaled_sum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * 2 + y
+
+
+@torch.no_grad()
+def test_inputs_a_copy_cannot_lay_out_as_called_reach_the_kernels_copied() -> None:
+    # The key's buffer of an expanded input (stride 0), or of one sliced with steps, is dense:
+    # the kernels compiled for the buffers refused the caller's own tensors from the second
+    # call on ("expected size 4==4, stride 0==3 at dim=0").
+    compiled = torch.compile(
+        scaled_sum, backend="npugraph_ex", fullgraph=True, options={"static_kernel_compile": True}
+    )
+    for _ in range(3):
+        x, y = torch.randn(1, 3).expand(4, 3), torch.randn(8, 9)[::2, ::3]
+        torch.testing.assert_close(compiled(x, y), scaled_sum(x, y), atol=ATOL, rtol=0)
+    [graph] = graphs_called()
+    assert (graph["captures"], graph["replays"]) == (1, 2)

@@ -45,6 +45,10 @@ class StagedInputs:
     hold: Any = None
     """What keeps the memory of the key's own input buffers (``copies``) usable while the key
     lives: a hold of the graph's pool they were allocated in (``InputBuffers``), or None."""
+    buffers_as_called: bool = True
+    """Whether every buffer has the strides of the input it copies (the key's strides). Not so
+    for an input no copy can keep the layout of (``expand``ed, or sliced with steps): kernels
+    compiled for the buffers then read those, never the caller's own tensors."""
 
     def parameters_current(self) -> bool:
         """Whether every parameter and buffer the capture read is alive and still holds the
@@ -164,6 +168,7 @@ class InputLayout:
             self.interned(self.parameter_addresses(args)),
             tuple(weakref.ref(args[i]) for i in self.static),
             made.hold,
+            all(buffer.stride() == args[index].stride() for index, buffer in copies),
         )
 
 

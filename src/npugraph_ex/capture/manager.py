@@ -127,7 +127,8 @@ class CaptureManager:
             if entry.released:  # another thread's call dropped the key since this one found it
                 return self.run_eager(args, "key dropped by another call")
             try:
-                raw = entry.graph.replay_on(args) if visit is None else None
+                reads_args = visit is None and entry.staged.buffers_as_called
+                raw = entry.graph.replay_on(args) if reads_args else None
                 if raw is None:
                     io.refresh(entry.staged.copies, args)
                     raw = (
