@@ -131,9 +131,12 @@ def test_inputs_that_view_one_tensor_are_written_where_the_caller_sees_them(
 
 
 @torch.no_grad()
-def test_a_written_input_new_on_every_call_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_written_input_new_on_every_call_is_said_once_and_copied_from_then_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # Every call's cache is a new tensor: every call is a capture, which the graph says once,
-    # after four in a row; a replay between two moves starts the count again.
+    # after four in a row (a replay between two moves starts the count again); from then on
+    # the graph copies the cache in and out, and replays.
     model = KvCache()
     fn = compiled(model, dynamic=False)
     pos, x = torch.tensor([1]), torch.randn(1, 4)
@@ -142,15 +145,43 @@ def test_a_written_input_new_on_every_call_is_said_once(caplog: pytest.LogCaptur
         for cache in [torch.zeros(6, 4) for _ in range(3)] + [kept, kept]:
             fn(cache, pos, x)  # three moves in a row, then a replay
         assert not caplog.records
-        for _ in range(6):
-            fn(torch.zeros(6, 4), pos, x)
-    assert only_graph()["recaptures"] == {"mutated input moved": 9}
+        for step in range(8):
+            cache, eager_cache = torch.randn(6, 4), torch.randn(6, 4)
+            cache.copy_(eager_cache)
+            pos = torch.tensor([step % 6])
+            assert torch.equal(fn(cache, pos, x), model(eager_cache, pos, x))
+            assert torch.equal(cache, eager_cache)
+    graph = only_graph()
+    assert graph["recaptures"] == {"mutated input moved": 7}
+    assert graph["dropped_keys"] == {"written inputs copied from now on": 1}
+    assert (graph["captures"], graph["replays"]) == (9, 1 + 3)
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.startswith(
         "npugraph_ex: graph[0/0] was captured again on each of its last 4 calls, not replayed: "
         "a tensor it writes in place arrived at a new address every time (it writes tensors of "
         "shapes 6x4), and a capture writes to the address it was captured with."
     )
+    assert (
+        "From now on this graph copies the tensors it writes into buffers of its own before "
+        "each replay and back after it" in said
+    )
+
+
+@torch.no_grad()
+def test_a_written_input_new_on_every_call_without_clone_input_stays_a_capture(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Without buffers of its own (clone_input=False) the graph has nowhere to copy to.
+    model = KvCache()
+    fn = compiled(model, dynamic=False, clone_input=False)
+    pos, x = torch.tensor([1]), torch.randn(1, 4)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for _ in range(6):
+            cache, eager_cache = torch.zeros(6, 4), torch.zeros(6, 4)
+            assert torch.equal(fn(cache, pos, x), model(eager_cache, pos, x))
+            assert torch.equal(cache, eager_cache)
+    assert only_graph()["recaptures"] == {"mutated input moved": 5}
+    (said,) = [r.getMessage() for r in caplog.records]
     assert "Write into one tensor kept across calls" in said
 
 

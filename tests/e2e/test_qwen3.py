@@ -16,6 +16,7 @@ tests may still be alive, but they are not called here, so totals count this tes
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -325,6 +326,32 @@ def test_hugging_face_generate_with_a_static_cache_recaptures_once_per_call(
     assert prefill["recaptures"] == step["recaptures"] == {"mutated input moved": 1}
     assert (prefill["captures"], step["captures"]) == (2, 2)
     assert (prefill["replays"], step["replays"]) == (0, 2 * (NEW_TOKENS - 2))
+
+
+def test_hugging_face_generate_called_again_and_again_copies_the_prefills_cache(
+    tiny_qwen3_config: Callable[..., torch.nn.Module], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each generate() writes a new StaticCache: the prefill graph, never replayed, is captured
+    # again on every call; after four such calls it copies the cache in and out instead, and
+    # replays. The one-token step replays between its moves, so it keeps the caller's cache.
+    model = tiny_qwen3_config()
+    settings = {**generate_settings(), "cache_implementation": "static"}
+    prompts = [prompt_ids(model, "cpu", seed=seed) for seed in range(7)]
+    expected = [model.generate(prompt, **settings) for prompt in prompts]
+    npugraph_ex.reset_stats()
+    model.forward = torch.compile(model.forward, backend="npugraph_ex", fullgraph=True)
+    with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
+        for prompt, want in zip(prompts, expected, strict=True):
+            assert torch.equal(model.generate(prompt, **settings), want)
+    prefill, step = graphs_called()
+    assert prefill["recaptures"] == {"mutated input moved": 4}
+    assert prefill["dropped_keys"] == {"written inputs copied from now on": 1}
+    assert (prefill["captures"], prefill["replays"]) == (6, 1)
+    assert step["recaptures"] == {"mutated input moved": 6}
+    assert step["dropped_keys"] == {}
+    assert (step["captures"], step["replays"]) == (7, 7 * (NEW_TOKENS - 2))
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith("npugraph_ex: graph[0/0] was captured again on each of its last 4")
 
 
 def test_hugging_face_generate_replays_a_cache_the_caller_keeps(

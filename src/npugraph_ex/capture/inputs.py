@@ -5,7 +5,9 @@ Each input of the optimised graph has one role, fixed when the graph is compiled
 - ``static``: parameters and buffers. Used in place, never copied; their addresses are part of the
   key unless ``frozen_parameter`` promises they never move.
 - ``mutated``: inputs the graph writes (a KV cache). Used in place so the write lands in the
-  caller's tensor; shape in the key, address checked against the capture on every call.
+  caller's tensor; shape in the key, address checked against the capture on every call. A graph
+  whose written inputs arrive at a new address call after call copies them instead
+  (``written_copied``): into buffers of the key's own before each replay, and back after it.
 - ``host_scalar``: 0-d CPU tensors feeding a device graph. Their value is baked into the capture,
   so the value is part of the key. Staged as a copy in pinned memory, from which a capture can
   record a copy to the device (not from pageable memory).
@@ -45,6 +47,9 @@ class StagedInputs:
     hold: Any = None
     """What keeps the memory of the key's own input buffers (``copies``) usable while the key
     lives: a hold of the graph's pool they were allocated in (``InputBuffers``), or None."""
+    written_back: tuple[tuple[int, torch.Tensor], ...] = ()
+    """The buffers of written inputs (``InputLayout.written_copied``): copied back into the
+    caller's tensors after each replay."""
     buffers_as_called: bool = True
     """Whether every buffer has the strides of the input it copies (the key's strides). Not so
     for an input no copy can keep the layout of (``expand``ed, or sliced with steps): kernels
@@ -65,7 +70,7 @@ class StagedInputs:
 class InputLayout:
     """The role of every graph input, and the per-call operations derived from it."""
 
-    def __init__(self, facts: GraphFacts, *, frozen: bool):
+    def __init__(self, facts: GraphFacts, *, frozen: bool, written_copied: bool = False):
         self.static = tuple(sorted(facts.static_indices - facts.mutated_indices))
         self.mutated = tuple(sorted(facts.mutated_indices))
         self.host_scalar = tuple(sorted(facts.host_scalar_indices - facts.mutated_indices))
@@ -73,6 +78,11 @@ class InputLayout:
         tensors = facts.tensor_indices
         self.copied = tuple(sorted(tensors - roles))
         self.values = tuple(i for i in range(facts.num_inputs) if i not in roles | tensors)
+        self.written_copied = written_copied
+        """Written inputs get buffers of the key's own, as copied ones do, and are copied back
+        after each replay; their addresses leave the check."""
+        self.addressed = () if written_copied else self.mutated
+        self.buffered = tuple(sorted(self.copied + (self.mutated if written_copied else ())))
         self.pinned = facts.device_type != "cpu"
         self.keyed_addresses = () if frozen else self.static
         self.shaped = self.copied + self.mutated
@@ -106,7 +116,7 @@ class InputLayout:
         return f"values=[{', '.join(map(str, key[2] + key[3]))}]"
 
     def mutated_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
-        return addresses(args, self.mutated)
+        return addresses(args, self.addressed)
 
     def parameter_addresses(self, args: Sequence[Any]) -> tuple[int, ...]:
         return addresses(args, self.static)
@@ -156,9 +166,9 @@ class InputLayout:
         if self.pinned:
             for index in self.host_scalar:
                 staged[index] = pinned_copy(args[index])
-        sources = [args[i] for i in self.copied]
+        sources = [args[i] for i in self.buffered]
         made = buffers(sources) if buffers is not None and sources else InputBuffers(sources)
-        copies = tuple(zip(self.copied, made.tensors, strict=True))
+        copies = tuple(zip(self.buffered, made.tensors, strict=True))
         for index, buffer in copies:
             staged[index] = buffer
         return StagedInputs(
@@ -168,6 +178,7 @@ class InputLayout:
             self.interned(self.parameter_addresses(args)),
             tuple(weakref.ref(args[i]) for i in self.static),
             made.hold,
+            tuple((index, buffer) for index, buffer in copies if index in self.mutated),
             all(buffer.stride() == args[index].stride() for index, buffer in copies),
         )
 
@@ -191,6 +202,14 @@ def refresh(copies: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any]) -> 
         source = args[index]
         if source.data_ptr() != buffer.data_ptr():
             buffer.copy_(source)
+
+
+def write_back(written: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any]) -> None:
+    """Copy the buffers of written inputs back into the call's own tensors."""
+    for index, buffer in written:
+        target = args[index]
+        if target.data_ptr() != buffer.data_ptr():
+            target.copy_(buffer)
 
 
 def snapshot(args: Sequence[Any], indices: Sequence[int]) -> list[tuple[torch.Tensor, Any]]:

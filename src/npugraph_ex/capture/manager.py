@@ -1,11 +1,13 @@
 """The capture manager: one per optimised FX graph; decides, per call, replay, capture or eager.
 
 Per call: compute the graph key (``inputs.InputLayout``); a known key whose mutated inputs sit
-where they sat at capture replays; a mutated input at a new address recaptures that key; a new key
-is captured (its ``Program``, from ``programs``) while fewer than ``capture_limit`` keys exist,
-and past the limit runs the graph eagerly while the captured keys keep replaying. A graph that
-cannot be captured always runs eagerly, and says why once. Every call has the effect of exactly
-one execution of the graph: warm-up runs before a capture are undone on the inputs it writes.
+where they sat at capture replays; a mutated input at a new address recaptures that key (after
+``MOVED_INPUTS_NOTICE`` such calls in a row the graph copies its written inputs in and out
+instead, ``copy_written_inputs``); a new key is captured (its ``Program``, from ``programs``)
+while fewer than ``capture_limit`` keys exist, and past the limit runs the graph eagerly while the
+captured keys keep replaying. A graph that cannot be captured always runs eagerly, and says why
+once. Every call has the effect of exactly one execution of the graph: warm-up runs before a
+capture are undone on the inputs it writes.
 """
 
 from __future__ import annotations
@@ -49,9 +51,6 @@ class CapturedKey:
     replays: int = 0
     released: bool = False
     """Dropped while another thread had it in hand: that call runs eagerly (``replay``)."""
-    moves_in_a_row: int = 0
-    """Captures of this key in a row, each because a tensor the graph writes arrived at a new
-    address, with no replay between them."""
 
 
 class CaptureManager:
@@ -78,6 +77,10 @@ class CaptureManager:
         self.capturing = threading.Lock()
         """Held while a call checks ``capture_limit`` and captures a new key."""
         self.captures_made = 0
+        self.moves_in_a_row = 0
+        """Captures in a row, each because a tensor the graph writes arrived at a new address,
+        with no replay of any key between them (``count_moves``)."""
+        self.replays_at_last_move = -1
         self.blocker = None if config.force_eager else facts.blocker
         self.stats = GraphStats(name, facts.device_type, live_view(self))
         self.number = register(self)
@@ -134,6 +137,7 @@ class CaptureManager:
                     raw = (
                         entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
                     )
+                    io.write_back(entry.staged.written_back, args)
             except Exception:
                 self.stats.failed("replay")
                 raise
@@ -202,25 +206,47 @@ class CaptureManager:
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
             if recapture_reason == MOVED:
-                self.count_moves(entry, old, time.perf_counter() - started)
+                self.count_moves(entry, time.perf_counter() - started)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))
             if recapture_reason is None:
                 notices.say_value_keys(self.stats.name, self.number, self.layout, key, self.entries)
             if folder is not None:
                 write_capture_summary(folder, label, captured.graph)
+            io.write_back(staged.written_back, args)
             return self.for_caller(captured.outputs, staged.args)
 
-    def count_moves(self, entry: CapturedKey, old: CapturedKey | None, seconds: float) -> None:
-        """``entry`` was captured because a written input moved: say so once when every call
-        in a row has been such a capture."""
-        entry.moves_in_a_row = 1
-        if old is not None and old.replays == 0:
-            entry.moves_in_a_row += old.moves_in_a_row
-        if entry.moves_in_a_row == notices.MOVED_INPUTS_NOTICE:
+    def count_moves(self, entry: CapturedKey, seconds: float) -> None:
+        """``entry`` was captured because a written input moved: when the graph has replayed
+        nothing since the last ``MOVED_INPUTS_NOTICE`` such captures, say so once, and copy
+        written inputs from then on where the key's own buffers can be had (``clone_input``):
+        each capture copied them twice anyway (``capture_staged`` keeps them to undo the
+        warm-up), and ran the graph twice more. A caller that writes a new tensor per call gets
+        there; ``generate()``'s one-token step, whose new cache moves each key once and is then
+        replayed for every token, does not."""
+        replays = self.stats.replays
+        self.moves_in_a_row = self.moves_in_a_row + 1 if replays == self.replays_at_last_move else 1
+        self.replays_at_last_move = replays
+        if self.moves_in_a_row == notices.MOVED_INPUTS_NOTICE:
             shapes = [tuple(entry.staged.args[i].shape) for i in self.layout.mutated]
+            copied = self.config.clone_input
             notices.say_moved_inputs(
-                self.stats.name, self.number, entry.moves_in_a_row, shapes, seconds
+                self.stats.name, self.number, self.moves_in_a_row, shapes, seconds, copied=copied
             )
+            if copied:
+                self.copy_written_inputs()
+
+    def copy_written_inputs(self) -> None:
+        """From now on give written inputs buffers of each key's own, copied in before each
+        replay and back after it, in place of a capture per call; the keys captured on the
+        callers' own tensors go."""
+        self.layout = io.InputLayout(
+            self.facts, frozen=self.config.frozen_parameter, written_copied=True
+        )
+        for key in list(self.entries):
+            entry = self.entries.pop(key, None)
+            if entry is not None:  # else another thread's call dropped it first
+                self.release_entry(entry)
+                self.stats.dropped("written inputs copied from now on")
 
     def after_failed_capture(self, args: list[Any], error: Exception) -> list[Any]:
         """Run the call eagerly. If eager fails too, the call itself is bad (an index out of
@@ -245,7 +271,13 @@ class CaptureManager:
                 if self.config.num_warmup_iters and self.runtime.warms_up(program.kind):
                     self.runtime.warmup(program.fn, staged.args, self.config.num_warmup_iters)
                     io.restore(saved)
-                owned = tuple(i for i, _ in staged.copies) if self.config.clone_input else ()
+                # A written input's buffer holds its result until it is copied back: its memory
+                # is no intermediate's after its last write.
+                owned = (
+                    tuple(i for i, _ in staged.copies if i not in self.layout.mutated)
+                    if self.config.clone_input
+                    else ()
+                )
                 return self.runtime.capture(program, staged.args, pool, owned)
         except Exception:
             io.restore(saved)

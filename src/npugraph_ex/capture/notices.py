@@ -76,10 +76,24 @@ def say_value_keys(name: str, number: int, layout: Any, key: tuple, keys: Iterab
 
 
 def say_moved_inputs(
-    name: str, number: int, calls: int, shapes: list[tuple[int, ...]], seconds: float
+    name: str,
+    number: int,
+    calls: int,
+    shapes: list[tuple[int, ...]],
+    seconds: float,
+    *,
+    copied: bool,
 ) -> None:
     """Say once when a key has been captured again on ``calls`` calls in a row because a tensor
-    the graph writes (of ``shapes``) arrived at a new address each time."""
+    the graph writes (of ``shapes``) arrived at a new address each time; ``copied``: the graph
+    copies such tensors in and out from now on."""
+    then = (
+        "From now on this graph copies the tensors it writes into buffers of its own before "
+        "each replay and back after it, two copies per call in place of a capture. To save "
+        "the copies too, write"
+        if copied
+        else "Write"
+    )
     log_once(
         log,
         logging.WARNING,
@@ -87,11 +101,12 @@ def say_moved_inputs(
         "npugraph_ex: %s was captured again on each of its last %d calls, not replayed: a "
         "tensor it writes in place arrived at a new address every time (it writes tensors of "
         "shapes %s), and a capture writes to the address it was captured with. Each such "
-        "call pays a capture (%.1f ms the last time). Write into one tensor kept across calls "
+        "call paid a capture (%.1f ms the last time). %s into one tensor kept across calls "
         "(allocate it once, as a static KV cache is), or return the new value instead of "
         "writing it in place.",
         name,
         calls,
         ", ".join("x".join(map(str, shape)) or "scalar" for shape in shapes),
         seconds * 1e3,
+        then,
     )
