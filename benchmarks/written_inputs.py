@@ -1,0 +1,166 @@
+"""What a call costs when the tensor it writes in place is new on every call.
+
+Two workloads, each in three forms timed in one interleaved loop:
+
+- ``cache row``: a module writes one row of a cache the caller allocates per call
+  (``torch.zeros(--rows, 256)``), from a 256-wide linear layer, and returns the cache's sum;
+- ``generate``: the tiny Qwen3's ``generate()`` with ``cache_implementation="static"`` (a new
+  ``StaticCache`` per call: the prefill writes new tensors every time), 16 prompt tokens, 8 new.
+
+Forms: eager; ``clone_input=False``, where every such call stays a capture (the graph has no
+buffers of its own to copy into); the defaults, where after four captures in a row the graph
+copies the written tensors into its own buffers before each replay and back after it. Results
+are checked against eager, then each form is called until its kernel tier (the CPU default)
+has no compile queued, running or on trial (at most ``--settle-s``), before timing.
+
+    python benchmarks/written_inputs.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from common import (
+    add_common_args,
+    apply_threads,
+    format_table,
+    interleaved,
+    live_graph_numbers,
+    managers_since,
+    median,
+    print_heading,
+    settings_of,
+    spread,
+    write_json,
+)
+
+from npugraph_ex.bench.presets import build_qwen3
+from npugraph_ex.bench.settling import KeyStates
+
+FORMS = {"capture per call": {"clone_input": False}, "copies in and out": {}}
+
+
+class CacheRow(torch.nn.Module):
+    """Writes one row of the caller's cache in place and reads the whole cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(256, 256)
+
+    def forward(self, cache: torch.Tensor, row: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        cache.index_copy_(0, row, self.proj(x))
+        return cache.sum(0)
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> Callable[[], float]:
+    def block() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+
+    return block
+
+
+def settle(call: Callable[[], Any], managers: list[Any], calls: int, limit_s: float) -> dict:
+    """Call at least ``calls`` times, then until no key of ``managers`` waits for, compiles or
+    tries its kernels (at most ``limit_s``); the keys' states."""
+    states = KeyStates(managers)
+    started = time.perf_counter()
+    for made in itertools.count(1):
+        call()
+        busy = {"queued", "pending", "trial"} & set(states())
+        if made >= calls and (not busy or time.perf_counter() - started > limit_s):
+            return states()
+        time.sleep(0.01)
+    raise AssertionError("unreachable")
+
+
+Calls = dict[str, tuple[Callable[[], Any], list[Any]]]
+"""Each form's call, and the capture managers of its graphs."""
+
+
+def checked(form: Callable[[], Any], expected: Any, equal: Callable[[Any, Any], Any]) -> list:
+    """Six calls of ``form`` (past the four captures in a row) checked against ``expected``;
+    the capture managers they made."""
+    before = live_graph_numbers()
+    for _ in range(6):
+        equal(form(), expected)
+    return managers_since(before)
+
+
+def cache_row_calls(rows: int) -> Calls:
+    torch.manual_seed(0)
+    model = CacheRow().eval()
+    row, x = torch.tensor([3]), torch.randn(1, 256)
+    forms = {"eager": model}
+    for name, options in FORMS.items():
+        forms[name] = torch.compile(model, backend="npugraph_ex", options=options or None)
+    calls = {name: (lambda fn=fn: fn(torch.zeros(rows, 256), row, x)) for name, fn in forms.items()}
+    expected = calls["eager"]()
+    return {n: (c, checked(c, expected, torch.testing.assert_close)) for n, c in calls.items()}
+
+
+def tokens_equal(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert torch.equal(got, want)
+
+
+def generate_calls() -> Calls:
+    model = build_qwen3("tiny", seed=0)
+    prompt = torch.randint(
+        0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)
+    )
+    settings = dict(max_new_tokens=8, do_sample=False, cache_implementation="static")
+    forms = {"eager": model}
+    for name, options in FORMS.items():
+        compiled = copy.deepcopy(model)
+        compiled.forward = torch.compile(
+            compiled.forward, backend="npugraph_ex", fullgraph=True, options=options or None
+        )
+        forms[name] = compiled
+    calls = {name: (lambda m=m: m.generate(prompt, **settings)) for name, m in forms.items()}
+    expected = calls["eager"]()
+    return {n: (c, checked(c, expected, tokens_equal)) for n, c in calls.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=512, help="rows of the cache (default 512)")
+    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    parser.add_argument("--warmup-calls", type=int, default=30, help="calls before timing")
+    parser.add_argument(
+        "--settle-s", type=float, default=120.0, help="longest wait for the kernel tier"
+    )
+    add_common_args(parser, "written_inputs", repeats=7)
+    args = parser.parse_args()
+    apply_threads(args.threads)
+    results: dict[str, Any] = {}
+    rows = []
+    with torch.no_grad():
+        for workload, calls in (
+            ("cache row", cache_row_calls(args.rows)),
+            ("generate", generate_calls()),
+        ):
+            for name, (call, managers) in calls.items():
+                states = settle(call, managers, args.warmup_calls, args.settle_s)
+                print(f"{workload}, {name}: keys {states}", flush=True)
+            times = interleaved(
+                {n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats
+            )
+            results[workload] = times
+            eager = median(times["eager"])
+            for name, t in times.items():
+                rows.append([workload, name, median(t) * 1e3, spread(t), eager / median(t)])
+    print_heading("a written tensor new on every call: ms per call (median), speed-up over eager")
+    print(format_table(["workload", "form", "ms per call", "spread", "x eager"], rows))
+    write_json(args.out, "written_inputs", settings_of(args), {"times": results})
+
+
+if __name__ == "__main__":
+    main()
