@@ -9,7 +9,9 @@ Two workloads, each in three forms timed in one interleaved loop:
 
 Forms: eager; ``clone_input=False``, where every such call stays a capture (the graph has no
 buffers of its own to copy into); the defaults, where after four captures in a row the graph
-copies the written tensors into its own buffers before each replay and back after it. Results
+copies the written tensors into its own buffers before each replay and back after it (and the
+same with ``static_kernel_compile=False``: a key on compiled kernels reads and writes the
+caller's tensors themselves, the ATen replay its buffers). Results
 are checked against eager, then each form is called until its kernel tier (the CPU default)
 has no compile queued, running or on trial (at most ``--settle-s``), before timing.
 
@@ -43,7 +45,11 @@ from common import (
 from npugraph_ex.bench.presets import build_qwen3
 from npugraph_ex.bench.settling import KeyStates
 
-FORMS = {"capture per call": {"clone_input": False}, "copies in and out": {}}
+FORMS = {
+    "capture per call": {"clone_input": False},
+    "copies in and out": {},
+    "copies, ATen replay": {"static_kernel_compile": False},
+}
 
 
 class CacheRow(torch.nn.Module):
