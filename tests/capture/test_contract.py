@@ -132,23 +132,23 @@ def test_inputs_that_view_one_tensor_are_written_where_the_caller_sees_them(
 
 @torch.no_grad()
 def test_a_written_input_new_on_every_call_is_said_once_and_copied_from_then_on(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, device: str
 ) -> None:
     # Every call's cache is a new tensor: every call is a capture, which the graph says once,
     # after four in a row (a replay between two moves starts the count again); from then on
     # the graph copies the cache in and out, and replays.
-    model = KvCache()
+    model = KvCache().to(device)
     fn = compiled(model, dynamic=False)
-    pos, x = torch.tensor([1]), torch.randn(1, 4)
-    kept = torch.zeros(6, 4)
+    pos, x = torch.tensor([1], device=device), torch.randn(1, 4, device=device)
+    kept = torch.zeros(6, 4, device=device)
     with caplog.at_level(logging.WARNING, logger="npugraph_ex"):
-        for cache in [torch.zeros(6, 4) for _ in range(3)] + [kept, kept]:
+        for cache in [torch.zeros(6, 4, device=device) for _ in range(3)] + [kept, kept]:
             fn(cache, pos, x)  # three moves in a row, then a replay
         assert not caplog.records
         for step in range(8):
-            cache, eager_cache = torch.randn(6, 4), torch.randn(6, 4)
+            cache, eager_cache = torch.randn(6, 4, device=device), torch.randn(6, 4, device=device)
             cache.copy_(eager_cache)
-            pos = torch.tensor([step % 6])
+            pos = torch.tensor([step % 6], device=device)
             assert torch.equal(fn(cache, pos, x), model(eager_cache, pos, x))
             assert torch.equal(cache, eager_cache)
     graph = only_graph()

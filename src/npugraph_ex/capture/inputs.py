@@ -48,7 +48,7 @@ class StagedInputs:
     """What keeps the memory of the key's own input buffers (``copies``) usable while the key
     lives: a hold of the graph's pool they were allocated in (``InputBuffers``), or None."""
     written_back: tuple[tuple[int, torch.Tensor], ...] = ()
-    """The buffers of written inputs (``InputLayout.written_copied``): copied back into the
+    """The buffers of written inputs (``InputLayout(written_copied=True)``): copied back into the
     caller's tensors after each replay."""
     buffers_as_called: bool = True
     """Whether every buffer has the strides of the input it copies (the key's strides). Not so
@@ -78,9 +78,8 @@ class InputLayout:
         tensors = facts.tensor_indices
         self.copied = tuple(sorted(tensors - roles))
         self.values = tuple(i for i in range(facts.num_inputs) if i not in roles | tensors)
-        self.written_copied = written_copied
-        """Written inputs get buffers of the key's own, as copied ones do, and are copied back
-        after each replay; their addresses leave the check."""
+        # ``written_copied``: written inputs get buffers of the key's own, as copied ones do,
+        # and are copied back after each replay; their addresses leave the check.
         self.addressed = () if written_copied else self.mutated
         self.buffered = tuple(sorted(self.copied + (self.mutated if written_copied else ())))
         self.pinned = facts.device_type != "cpu"
