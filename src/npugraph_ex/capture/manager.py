@@ -205,24 +205,27 @@ class CaptureManager:
             graph = self.programs.tiered(captured.graph, capture_again, staged.args, kept, written)
             entry = self.entries[key] = CapturedKey(label, graph, staged, pool)
             self.stats.captured(recapture_reason)
-            if recapture_reason == MOVED:
-                self.count_moves(entry, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            copy_from_now_on = recapture_reason == MOVED and self.count_moves(entry, seconds)
             log.debug("%s: captured %s (%s)", self.stats.name, label, key_info(entry))
             if recapture_reason is None:
                 notices.say_value_keys(self.stats.name, self.number, self.layout, key, self.entries)
             if folder is not None:
                 write_capture_summary(folder, label, captured.graph)
             io.write_back(staged.written_back, args)
-            return self.for_caller(captured.outputs, staged.args)
+            outputs = self.for_caller(captured.outputs, staged.args)
+        if copy_from_now_on:  # outside the pool's lock: it takes the lock of every key's pool
+            self.copy_written_inputs()
+        return outputs
 
-    def count_moves(self, entry: CapturedKey, seconds: float) -> None:
+    def count_moves(self, entry: CapturedKey, seconds: float) -> bool:
         """``entry`` was captured because a written input moved: when the graph has replayed
-        nothing since the last ``MOVED_INPUTS_NOTICE`` such captures, say so once, and copy
-        written inputs from then on where the key's own buffers can be had (``clone_input``):
-        each capture copied them twice anyway (``capture_staged`` keeps them to undo the
-        warm-up), and ran the graph twice more. A caller that writes a new tensor per call gets
-        there; ``generate()``'s one-token step, whose new cache moves each key once and is then
-        replayed for every token, does not."""
+        nothing since the last ``MOVED_INPUTS_NOTICE`` such captures, say so once; True where
+        written inputs are to be copied from then on, as the key's own buffers can be had
+        (``clone_input``): each capture copied them twice anyway (``capture_staged`` keeps
+        them to undo the warm-up), and ran the graph twice more. A caller that writes a new
+        tensor per call gets there; ``generate()``'s one-token step, whose new cache moves each
+        key once and is then replayed for every token, does not."""
         replays = self.stats.replays
         self.moves_in_a_row = self.moves_in_a_row + 1 if replays == self.replays_at_last_move else 1
         self.replays_at_last_move = replays
@@ -232,8 +235,8 @@ class CaptureManager:
             notices.say_moved_inputs(
                 self.stats.name, self.number, self.moves_in_a_row, shapes, seconds, copied=copied
             )
-            if copied:
-                self.copy_written_inputs()
+            return copied
+        return False
 
     def copy_written_inputs(self) -> None:
         """From now on give written inputs buffers of each key's own, copied in before each
