@@ -43,7 +43,10 @@ from common import (
 )
 
 from npugraph_ex.bench.presets import build_qwen3
-from npugraph_ex.bench.settling import KeyStates
+from npugraph_ex.bench.settling import UNSETTLED, KeyStates
+
+BUSY = set(UNSETTLED) - {"aten"}
+"""Key states of a compile queued, running or on trial: a key never hot ("aten") has none."""
 
 FORMS = {
     "capture per call": {"clone_input": False},
@@ -81,7 +84,7 @@ def settle(call: Callable[[], Any], managers: list[Any], calls: int, limit_s: fl
     started = time.perf_counter()
     for made in itertools.count(1):
         call()
-        busy = {"queued", "pending", "trial"} & set(states())
+        busy = BUSY & set(states())
         if made >= calls and (not busy or time.perf_counter() - started > limit_s):
             return states()
         time.sleep(0.01)

@@ -137,7 +137,8 @@ class CaptureManager:
                     raw = (
                         entry.graph.replay() if visit is None else entry.graph.replay_watched(visit)
                     )
-                    io.write_back(entry.staged.written_back, args)
+                    if entry.staged.written_back:  # a call and a loop saved on every other replay
+                        io.write_back(entry.staged.written_back, args)
             except Exception:
                 self.stats.failed("replay")
                 raise
@@ -245,11 +246,7 @@ class CaptureManager:
         self.layout = io.InputLayout(
             self.facts, frozen=self.config.frozen_parameter, written_copied=True
         )
-        for key in list(self.entries):
-            entry = self.entries.pop(key, None)
-            if entry is not None:  # else another thread's call dropped it first
-                self.release_entry(entry)
-                self.stats.dropped("written inputs copied from now on")
+        self.drop_keys(list(self.entries), "written inputs copied from now on")
 
     def after_failed_capture(self, args: list[Any], error: Exception) -> list[Any]:
         """Run the call eagerly. If eager fails too, the call itself is bad (an index out of
@@ -306,11 +303,15 @@ class CaptureManager:
             for key, entry in list(self.entries.items())  # another thread may add or drop one
             if entry.staged.parameter_addresses != current and not entry.staged.parameters_current()
         ]
-        for key in stale:
+        self.drop_keys(stale, "parameters replaced")
+
+    def drop_keys(self, keys: Sequence[tuple], reason: str) -> None:
+        """Take ``keys`` out of ``entries`` and release them, each counted under ``reason``."""
+        for key in keys:
             entry = self.entries.pop(key, None)
             if entry is not None:  # else another thread's call dropped it first
                 self.release_entry(entry)
-                self.stats.dropped("parameters replaced")
+                self.stats.dropped(reason)
 
     def refuse(self, reason: str) -> None:
         """Stop capturing this graph: every later call runs eagerly (or raises when strict)."""
