@@ -37,6 +37,7 @@ from npugraph_ex.bench.plotting import PALETTE, Panel
 from npugraph_ex.bench.presets import QWEN3_MODELS, QWEN3_PRESETS
 from npugraph_ex.bench.records import run_record
 from npugraph_ex.bench.records import write_json as write_record
+from npugraph_ex.bench.settling import UNSETTLED, KeyStates
 from npugraph_ex.bench.tables import cell_text, format_table
 from npugraph_ex.bench.timing import Block, interleaved, median, scaled, spread, time_calls
 from npugraph_ex.capture.inputs import refresh
@@ -65,9 +66,11 @@ __all__ = [
     "median",
     "qwen3_token_forward",
     "package_version",
+    "per_call",
     "print_heading",
     "scaled",
     "settings_of",
+    "settle_keys",
     "source_commit",
     "spread",
     "step_loop",
@@ -75,6 +78,37 @@ __all__ = [
     "with_inputs",
     "write_json",
 ]
+
+
+BUSY_KEY_STATES = set(UNSETTLED) - {"aten"}
+"""Key states of a compile queued, running or on trial: a key never hot ("aten") has none."""
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> Callable[[], float]:
+    """A timed block for ``interleaved``: ``calls`` calls of ``fn``, seconds per call."""
+
+    def block() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+
+    return block
+
+
+def settle_keys(call: Callable[[], Any], managers: list[Any], calls: int, limit_s: float) -> dict:
+    """Call at least ``calls`` times, then until no key of ``managers`` waits for, compiles or
+    tries its kernels (at most ``limit_s``); the keys' states."""
+    states = KeyStates(managers)
+    started = time.perf_counter()
+    made = 0
+    while True:
+        call()
+        made += 1
+        busy = BUSY_KEY_STATES & set(states())
+        if made >= calls and (not busy or time.perf_counter() - started > limit_s):
+            return states()
+        time.sleep(0.01)
 
 
 def captured_graph(before: set[int]) -> tuple[Any, Any]:

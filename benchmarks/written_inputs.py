@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,17 +34,15 @@ from common import (
     live_graph_numbers,
     managers_since,
     median,
+    per_call,
     print_heading,
     settings_of,
+    settle_keys,
     spread,
     write_json,
 )
 
 from npugraph_ex.bench.presets import build_qwen3
-from npugraph_ex.bench.settling import UNSETTLED, KeyStates
-
-BUSY = set(UNSETTLED) - {"aten"}
-"""Key states of a compile queued, running or on trial: a key never hot ("aten") has none."""
 
 FORMS = {
     "capture per call": {"clone_input": False},
@@ -65,30 +61,6 @@ class CacheRow(torch.nn.Module):
     def forward(self, cache: torch.Tensor, row: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         cache.index_copy_(0, row, self.proj(x))
         return cache.sum(0)
-
-
-def per_call(fn: Callable[[], Any], calls: int) -> Callable[[], float]:
-    def block() -> float:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter() - start) / calls
-
-    return block
-
-
-def settle(call: Callable[[], Any], managers: list[Any], calls: int, limit_s: float) -> dict:
-    """Call at least ``calls`` times, then until no key of ``managers`` waits for, compiles or
-    tries its kernels (at most ``limit_s``); the keys' states."""
-    states = KeyStates(managers)
-    started = time.perf_counter()
-    for made in itertools.count(1):
-        call()
-        busy = BUSY & set(states())
-        if made >= calls and (not busy or time.perf_counter() - started > limit_s):
-            return states()
-        time.sleep(0.01)
-    raise AssertionError("unreachable")
 
 
 Calls = dict[str, tuple[Callable[[], Any], list[Any]]]
@@ -157,7 +129,7 @@ def main() -> None:
             ("generate", generate_calls()),
         ):
             for name, (call, managers) in calls.items():
-                states = settle(call, managers, args.warmup_calls, args.settle_s)
+                states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
                 print(f"{workload}, {name}: keys {states}", flush=True)
             times = interleaved(
                 {n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats

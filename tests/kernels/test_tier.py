@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import npugraph_ex
-from helpers import graphs_called
+from helpers import ANY_SPEED, graphs_called
 from npugraph_ex.bench.graphs import live_graph_numbers, managers_since
 from npugraph_ex.capture import tiers
 from npugraph_ex.capture.agreement import disagreement
@@ -107,7 +107,7 @@ def test_kernels_that_disagree_with_the_aten_replay_never_serve(
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
     options = {
         **TIER,
-        "background_min_gain": 0.01,
+        "background_min_gain": ANY_SPEED,
         "post_grad_custom_post_pass": bumps_the_kernels_output,
     }
     fn = torch.compile(model, backend="npugraph_ex", options=options)
@@ -208,7 +208,7 @@ def test_the_swap_writes_a_written_input_once() -> None:
         return total.sum()
 
     fn = torch.compile(
-        accumulate, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01}
+        accumulate, backend="npugraph_ex", options={**TIER, "background_min_gain": ANY_SPEED}
     )
     total = torch.zeros(8)
     expected = torch.zeros(8)
@@ -233,7 +233,7 @@ def test_outputs_share_memory_as_eagers_do_on_every_call_the_swap_included() -> 
         return y, y.t(), y[1:]
 
     fn = torch.compile(
-        viewed_twice, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01}
+        viewed_twice, backend="npugraph_ex", options={**TIER, "background_min_gain": ANY_SPEED}
     )
 
     def views_of_one_tensor(got: tuple[torch.Tensor, ...], args: Any) -> None:
@@ -257,7 +257,8 @@ def test_a_key_on_kernels_reads_the_callers_inputs_without_copying_them() -> Non
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
     before = live_graph_numbers()
-    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01})
+    options = {**TIER, "background_min_gain": ANY_SPEED}
+    fn = torch.compile(model, backend="npugraph_ex", options=options)
     settle(fn, lambda: (torch.randn(4, 16),), lambda got, args: None)
     ((_, key),) = managers_since(before)[0].entries.items()
     assert key.graph.state is KeyState.KERNELS
@@ -400,7 +401,8 @@ def test_every_move_leaves_the_threads_and_cores_the_user_set() -> None:
     # thread or call, so eager code and other compiled functions between calls see the user's.
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
-    fn = torch.compile(model, backend="npugraph_ex", options={**TIER, "background_min_gain": 0.01})
+    options = {**TIER, "background_min_gain": ANY_SPEED}
+    fn = torch.compile(model, backend="npugraph_ex", options=options)
     threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
     seen: list[str] = []
 

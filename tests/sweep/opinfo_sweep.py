@@ -21,8 +21,9 @@ equal). Everything runs under ``torch.no_grad()``. Each sample, then each op, la
 - ``skipped``: no samples, or outputs that differ between two runs of the reference itself.
 
 Outputs of ``torch.empty`` and its kin are compared by layout only. Random ops are compared under
-one seed, set before each call (in place of the OpInfo's own seeding, a graph break): a graph that
-draws random numbers runs eagerly, so it draws what ``aot_eager`` draws.
+one seed, set before each call (in place of the OpInfo's own seeding, a graph break): the CPU
+replay re-issues random ops from the generator eager draws from, so it draws what ``aot_eager``
+draws.
 
 An op's class is the worst of its samples' (error, timeout, mismatch, eager fallback, equal, no
 graph, reference fails, skipped). Each OpInfo is swept as its function (``torch.add``) and, where

@@ -87,8 +87,11 @@ CASES = [
     ("linalg.solve", F32, EQUAL, ""),
     ("linalg.cholesky", F32, EQUAL, ""),
     ("linalg.lu_factor", F32, EQUAL, ""),
-    # random numbers: run eagerly, drawing what aot_eager draws
-    ("bernoulli", F32, FALLBACK, "random-number op"),
+    # random numbers: captured, each call drawing what aot_eager draws under the same seed
+    ("bernoulli", F32, EQUAL, ""),
+    ("nn.functional.dropout", F32, EQUAL, ""),
+    ("multinomial", F32, EQUAL, ""),
+    ("normal", F32, EQUAL, ""),
     # bf16
     ("add", BF16, EQUAL, ""),
     ("mul[operator]", BF16, EQUAL, ""),

@@ -111,13 +111,19 @@ def draws_random_numbers(node: torch.fx.Node) -> bool:
     return True
 
 
-def uncapturable_op(node: torch.fx.Node) -> str | None:
-    """Why this node cannot be replayed from a capture, or None."""
+def graph_draws_random_numbers(graph: torch.fx.Graph) -> bool:
+    calls = [node for node in graph.nodes if node.op == "call_function"]
+    return any(hasattr(node.target, "_schema") and draws_random_numbers(node) for node in calls)
+
+
+def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:
+    """Why this node cannot be replayed from a capture on ``device_type``, or None. The CPU
+    replay re-issues a random op on every replay, from the generator eager draws from."""
     target = node.target
     if node.op != "call_function" or target is operator.getitem:
         return None
     tags = getattr(target, "tags", ())
-    if hasattr(target, "_schema") and draws_random_numbers(node):
+    if device_type != "cpu" and hasattr(target, "_schema") and draws_random_numbers(node):
         return "random-number op"
     if any(tag in tags for tag in HOST_SYNC_TAGS):
         return "host synchronisation (data-dependent output)"
@@ -167,7 +173,7 @@ def find_blocker(
     placeholders = gm.graph.find_nodes(op="placeholder")
     host_scalars = [placeholders[i] for i in host_scalar_indices]
     for node in gm.graph.nodes:
-        reason = uncapturable_op(node)
+        reason = uncapturable_op(node, device_type)
         if reason is None and device_type != "cpu" and node.op == "call_function":
             reason = host_side_hazard(node, host_scalars)
         if reason is not None:

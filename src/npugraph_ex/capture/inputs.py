@@ -211,12 +211,23 @@ def write_back(written: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any])
             target.copy_(buffer)
 
 
-def snapshot(args: Sequence[Any], indices: Sequence[int]) -> list[tuple[torch.Tensor, Any]]:
-    """Copies of the inputs a graph writes, so extra runs (warm-up) can be undone."""
-    return [(args[i], args[i].clone()) for i in indices]
+@dataclass
+class Snapshot:
+    """What a run the caller must not see (a warm-up, a capture that failed, the kernels' run
+    beside the ATen replay's) changes, as it was before: copies of the inputs the graph writes,
+    and the CPU's random-number generator, which a CPU graph's random ops draw from as eager's
+    do (the call that follows draws eager's numbers)."""
+
+    written: list[tuple[torch.Tensor, torch.Tensor]]
+    random_state: torch.Tensor
 
 
-def restore(saved: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+def snapshot(args: Sequence[Any], indices: Sequence[int]) -> Snapshot:
+    return Snapshot([(args[i], args[i].clone()) for i in indices], torch.get_rng_state())
+
+
+def restore(saved: Snapshot) -> None:
     with torch.no_grad():
-        for target, saved_value in saved:
+        for target, saved_value in saved.written:
             target.copy_(saved_value)
+    torch.set_rng_state(saved.random_state)

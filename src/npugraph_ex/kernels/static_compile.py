@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from npugraph_ex.capture.analysis import graph_draws_random_numbers
 from npugraph_ex.compat import inductor_inference_passes
 from npugraph_ex.errors import CaptureError
 from npugraph_ex.kernels.decompositions import static_kernel_decompositions
@@ -85,6 +86,11 @@ def lower(
     fake_args = list(args)
     cpp_wrapper = platform_for(device_type).cpp_wrapper()
     options: dict[str, Any] = {"cpp_wrapper": cpp_wrapper}
+    if graph_draws_random_numbers(gm.graph):
+        # Random ops as ATen calls, drawing eager's numbers from eager's generator: the ATen
+        # replay's (the swap compares the two), and the only form ``compile_fx_inner`` lowers
+        # (Inductor's own random kernels need the seeds its whole-graph passes put in).
+        options["fallback_random"] = True
     if not use_cache:
         options.update(fx_graph_cache=False, force_disable_caches=True)
     context = torch._guards.TracingContext(fake_mode)

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
+from npugraph_ex.capture.analysis import graph_draws_random_numbers
 from npugraph_ex.errors import error_summary
 from npugraph_ex.kernels.cores import background_cores, pin
 from npugraph_ex.kernels.graph_bytes import pickle_graph
@@ -171,6 +172,9 @@ class KernelTier:
         self.chooses = config.static_kernels_for
         self.empty = not any(node.op.startswith("call") for node in gm.graph.nodes)
         """No op to compile (``remote_compile.NOTHING_TO_COMPILE``)."""
+        self.random = graph_draws_random_numbers(gm.graph)
+        """Its random ops draw from the process's generator: a first run in a thread beside
+        the serving one would take numbers from between the calls', so none is made."""
         self.threads = torch.get_num_threads()
         """The intra-op threads of calls, read here: a replay during a compile runs with fewer
         (``kernels/cores``)."""
@@ -263,7 +267,7 @@ class KernelTier:
             return known
         shared = self.shares(own)
         signature = None if shared else input_signature(args)
-        warms = not runtime_for(self.device_type).warms_up("kernels")
+        warms = not runtime_for(self.device_type).warms_up("kernels") and not self.random
         warm_args = None
         if warms:
             warm_args = [

@@ -14,7 +14,9 @@ Rules, per kernel:
 - in-place and ``out=`` kernels are re-issued as recorded;
 - a functional kernel with an ``out=`` overload is re-issued through it, into its recorded output
   (Python numbers it takes as tensors are wrapped once, at capture, where that is exact), once a
-  trial has shown that the overload writes such an output in place (``out_check``);
+  trial has shown that the overload writes such an output in place (``out_check``); a random
+  op has no trial (it would draw numbers), so it computes and copies as below, drawing from the
+  generator eager draws from, in the graph's order;
 - any other functional kernel computes a temporary and copies it into its recorded output;
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
@@ -158,7 +160,9 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
         return "out", (aten.copy_.default, (result, args[0]), {})
     args, kwargs = prewrap_numbers(op, args, kwargs, result)
     variant = out_variant(op, numbers_for_tensors(op, args, kwargs))
-    if variant is not None and len(fresh) == len(tensors):
+    # A random op's trial would draw numbers eager does not, and could not compare them.
+    random = torch.Tag.nondeterministic_seeded in op.tags
+    if variant is not None and len(fresh) == len(tensors) and not random:
         out_op, out_names = variant
         out_kwargs = {k: v for k, v in kwargs.items() if k not in TENSOR_OPTION_ARGS}
         results = result_structure(op, result)
