@@ -49,9 +49,9 @@ demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png
 
 # PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
-# with static shapes and with dynamic=True, then bf16 and int64 (a breadth subset, fewer samples
-# per op). Writes docs/sweep.md (and every result to sweep-results/sweep.json). One to two hours
-# on 2 cores.
+# with static shapes (each op also between copies: its tensors the graph's intermediates) and with
+# dynamic=True, then bf16 and int64 (a breadth subset, fewer samples per op). Writes docs/sweep.md
+# (and every result to sweep-results/sweep.json). About half an hour on 2 cores.
 SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
 # The bf16 and int64 runs: a breadth subset of the database (each family of ops a model uses).
 BREADTH_OPS := abs,neg,exp,log,tanh,rsqrt,sigmoid,nn.functional.gelu,nn.functional.silu,nn.functional.relu
@@ -67,7 +67,7 @@ BREADTH_OPS := $(BREADTH_OPS),nn.functional.interpolate.nearest,nn.functional.pa
 
 sweep: install
 	mkdir -p sweep-results
-	$(SWEEP) --dtype float32 --limit-samples 3
+	$(SWEEP) --dtype float32 --limit-samples 3 --variants function,operator,intermediate
 	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic
 	$(SWEEP) --dtype bfloat16 --limit-samples 2 --ops '$(BREADTH_OPS)'
 	$(SWEEP) --dtype int64 --limit-samples 2 --ops '$(BREADTH_OPS)'

@@ -2,8 +2,9 @@
 
 Two workloads, each in every form, timed in one interleaved loop:
 
-- ``sampling step``: the tiny Qwen3's one-token decode step on a static cache, with its next
-  token sampled inside the compiled function (temperature, softmax, ``torch.multinomial``);
+- ``sampling step``: the tiny Qwen3's one-token decode step on a static cache (16 positions in
+  turn, the cache reset at the first), with its next token sampled inside the compiled function
+  (temperature, softmax, ``torch.multinomial``);
 - ``dropout MLP``: four 256-wide linear layers with GELU and dropout in training mode (called
   under ``no_grad``), a batch of 4 rows.
 
@@ -19,7 +20,14 @@ the values within float32 rounding; Inductor draws its own numbers and is not ch
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,6 +47,7 @@ from common import (
     write_json,
 )
 
+from npugraph_ex.bench.decode import Decode
 from npugraph_ex.bench.presets import build_qwen3
 
 FORMS: dict[str, dict[str, Any] | None] = {
@@ -57,20 +66,28 @@ def compiled(fn: Callable[..., Any], options: dict[str, Any] | None) -> Callable
 
 
 def sampling_step() -> tuple[Callable[[Callable[..., Any]], Callable[[], Any]], Callable]:
-    """How to make a form's call of the sampling step, and the step itself."""
-    from transformers import StaticCache
-
-    model = build_qwen3("tiny", seed=0)
+    """How to make a form's call of the sampling step (each call the next of 16 positions of
+    its own cache, reset at the first), and the step itself."""
+    decode = Decode(build_qwen3("tiny", seed=0), 16, 64, "cpu", lambda: None)
+    logits_of = decode.step()
     ids = torch.tensor([[5]])
+    positions = [torch.tensor([p]) for p in range(decode.steps)]
 
-    def step(ids: torch.Tensor, cache: Any, position: torch.Tensor) -> torch.Tensor:
-        logits = model(ids, past_key_values=cache, cache_position=position).logits[:, -1]
+    def step(ids: torch.Tensor, position: torch.Tensor, cache: Any) -> torch.Tensor:
+        logits = logits_of(ids, position, cache)[:, -1]
         return torch.multinomial(torch.softmax(logits / 0.8, dim=-1), 1)
 
     def call_of(fn: Callable[..., Any]) -> Callable[[], Any]:
-        cache = StaticCache(config=model.config, max_cache_len=64)
-        position = torch.tensor([16])  # a slot of the cache, rewritten on every call
-        return lambda: fn(ids, cache, position)
+        cache = decode.new_cache()
+        made = itertools.count()
+
+        def call() -> Any:
+            position = next(made) % decode.steps
+            if position == 0:
+                cache.reset()
+            return fn(ids, positions[position], cache)
+
+        return call
 
     return call_of, step
 
@@ -94,25 +111,54 @@ def dropout_mlp() -> tuple[Callable[[Callable[..., Any]], Callable[[], Any]], Ca
     return lambda fn: lambda: fn(x), model
 
 
-def checked_calls(workload: Callable[[], tuple]) -> dict[str, tuple[Callable[[], Any], list]]:
-    """Each form's call (eager's first), checked against eager under three seeds; the capture
-    managers each form made."""
+WORKLOADS = {"sampling step": sampling_step, "dropout MLP": dropout_mlp}
+
+
+def checked_calls(
+    workload: Callable[[], tuple], forms: list[str]
+) -> dict[str, tuple[Callable[[], Any], list]]:
+    """Eager's call and each of ``forms``' calls, each compiled one checked against a call of
+    eager of its own under three seeds; the capture managers each form made."""
     call_of, fn = workload()
-    calls = {}
-    for name, options in {"eager": "eager", **FORMS}.items():
+    calls = {"eager": (call_of(fn), [])}
+    for name in forms:
+        options = FORMS[name]
         before = live_graph_numbers()
-        call = call_of(fn if options == "eager" else compiled(fn, options))
+        call, reference = call_of(compiled(fn, options)), call_of(fn)
         for seed in range(3):
             torch.manual_seed(seed)
             got = call()
-            if name == "eager" or options is None:
-                continue
             torch.manual_seed(seed)
-            expected = calls["eager"][0]()
-            assert torch.equal(got == 0, expected == 0), name
-            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+            expected = reference()
+            if options is not None:  # Inductor draws numbers of its own
+                assert torch.equal(got == 0, expected == 0), name
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
         calls[name] = (call, managers_since(before))
     return calls
+
+
+def timed(args: argparse.Namespace, make: Callable[[], tuple]) -> dict[str, list[float]]:
+    """Seconds a call of eager and of each of ``args.forms``, per repeat, in this process."""
+    calls = checked_calls(make, args.forms.split(","))
+    for name, (call, managers) in calls.items():
+        states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
+        print(f"{make.__name__}, {name}: keys {states}", flush=True)
+    return interleaved({n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats)
+
+
+def in_fresh_process(args: argparse.Namespace, workload: str, form: str) -> dict[str, list]:
+    """One workload and form timed against eager in a fresh process with a fresh Inductor
+    cache folder; the eager row named for the form's process."""
+    with tempfile.TemporaryDirectory(prefix="npugraph_ex_random_ops_") as folder:
+        out = Path(folder) / "record.json"
+        command = [sys.executable, __file__, "--workloads", workload, "--forms", form]
+        command += ["--out", str(out), "--calls", str(args.calls), "--repeats", str(args.repeats)]
+        command += ["--warmup-calls", str(args.warmup_calls), "--settle-s", str(args.settle_s)]
+        command += ["--threads", str(args.threads)] if args.threads else []
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "inductor")}
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        times = json.loads(out.read_text())["results"]["times"][workload]
+    return {f"eager ({form}'s process)": times["eager"], form: times[form]}
 
 
 def main() -> None:
@@ -122,25 +168,33 @@ def main() -> None:
     parser.add_argument(
         "--settle-s", type=float, default=120.0, help="longest wait for the kernel tier"
     )
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--forms", default=",".join(FORMS), help="compiled forms, in one process")
+    parser.add_argument(
+        "--per-process",
+        action="store_true",
+        help="each workload and form in a fresh process and Inductor cache, against eager",
+    )
     add_common_args(parser, "random_ops", repeats=7)
     args = parser.parse_args()
     apply_threads(args.threads)
     results: dict[str, Any] = {}
     rows = []
     with torch.no_grad():
-        for workload, make in (("sampling step", sampling_step), ("dropout MLP", dropout_mlp)):
-            calls = checked_calls(make)
-            for name, (call, managers) in calls.items():
-                states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
-                print(f"{workload}, {name}: keys {states}", flush=True)
-            times = interleaved(
-                {n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats
-            )
+        for workload in args.workloads.split(","):
+            if args.per_process:
+                times: dict[str, list] = {}
+                for form in args.forms.split(","):
+                    times.update(in_fresh_process(args, workload, form))
+            else:
+                times = timed(args, WORKLOADS[workload])
             results[workload] = times
-            eager = median(times["eager"])
             for name, t in times.items():
-                rows.append([workload, name, median(t) * 1e3, spread(t), eager / median(t)])
-    print_heading("calls with random ops: ms per call (median), speed-up over eager")
+                # Against eager of the same process (a fresh process per form: its own eager).
+                eager = times.get(f"eager ({name}'s process)") or times.get("eager") or t
+                rows.append([workload, name, median(t) * 1e3, spread(t), median(eager) / median(t)])
+    where = "each form in a fresh process and Inductor cache" if args.per_process else "one process"
+    print_heading(f"calls with random ops ({where}): ms per call (median), speed-up over eager")
     print(format_table(["workload", "form", "ms per call", "spread", "x eager"], rows))
     write_json(args.out, "random_ops", settings_of(args), {"times": results})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+import npugraph_ex
 from npugraph_ex.runtime.cpu import out_check as cpu_out_check
 from npugraph_ex.runtime.cpu.out_check import writes_in_place
 
@@ -88,3 +89,31 @@ def test_a_pattern_that_failed_a_trial_is_tried_at_every_size(monkeypatch) -> No
         recorded = x.neg() + 0.5 if index == 0 else x.neg()  # the first trial sees other bits
         assert writes_in_place(aten.neg.out, (x,), {}, ("out",), [recorded]) == (index > 0)
     assert tried == [aten.neg.out] * 3
+
+
+def test_an_overload_that_tells_its_outputs_storages_apart_is_not(monkeypatch) -> None:
+    # aten.linalg_qr.out takes a Q that shares R's storage for R itself and leaves R unwritten:
+    # the replay's intermediates all lie in one arena, so the trial's outputs share a storage.
+    monkeypatch.setattr(cpu_out_check, "VERDICTS", {})
+    monkeypatch.setattr(cpu_out_check, "PATTERN_VERDICTS", {})
+    a = torch.randn(4, 4)
+    q, r = torch.linalg.qr(a)
+    assert not writes_in_place(aten.linalg_qr.out, (a,), {}, ("Q", "R"), [q, r])
+
+
+@torch.no_grad()
+def test_a_factorisation_whose_outputs_the_graph_reads_replays_eagers_values() -> None:
+    # Q and R are intermediates here, in the arena: before the trial put its outputs in one
+    # storage, a square input replayed a stale R and a tall one raised an internal assert.
+    def qr_twice(a: torch.Tensor) -> torch.Tensor:
+        q, r = torch.linalg.qr(a)
+        return q * 2 + r.sum()
+
+    options = {"static_kernel_compile": False}
+    fn = torch.compile(qr_twice, backend="npugraph_ex", dynamic=False, options=options)
+    for rows in (4, 6):
+        for _ in range(3):
+            a = torch.randn(rows, 4)
+            torch.testing.assert_close(fn(a), qr_twice(a))
+    stats = npugraph_ex.stats()["totals"]
+    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (2, 4, 0)

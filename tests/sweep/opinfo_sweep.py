@@ -123,9 +123,13 @@ VARIANTS = {
     "function": "op",
     "operator": "operator_variant",
     "inplace": "inplace_variant",
+    "intermediate": "op",
 }
 """Which callable of an OpInfo is compiled: ``torch.add``, ``operator.add`` (``x + y`` and
-``x << y`` trace to the dunder ATen ops, not to ``add`` and ``bitwise_left_shift``), ``x.add_``."""
+``x << y`` trace to the dunder ATen ops, not to ``add`` and ``bitwise_left_shift``), ``x.add_``,
+or (``intermediate``) ``torch.add`` between copies of its inputs and of its outputs, so that
+every tensor it reads and writes is one the graph made: a CPU replay places those in one arena,
+one storage (a kernel that tells storages apart sees them all as one)."""
 DEFAULT_VARIANTS = ("function", "operator")
 UNINITIALISED = ("empty", "new_empty")
 """OpInfos whose outputs are uninitialised memory: compared by shape, dtype and strides."""
@@ -155,7 +159,19 @@ class Target:
     @property
     def fn(self) -> Callable[..., Any] | None:
         fn = getattr(self.op, VARIANTS[self.variant])
-        return unseeded(fn) if fn is not None else None
+        if fn is None:
+            return None
+        return between_copies(unseeded(fn)) if self.variant == "intermediate" else unseeded(fn)
+
+
+def between_copies(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called on copies of its tensor arguments, its tensor results copied."""
+
+    def copied(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
+        return pytree.tree_map_only(torch.Tensor, torch.clone, fn(*args, **kwargs))
+
+    return copied
 
 
 def call_plainly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -87,11 +87,16 @@ CASES = [
     ("linalg.solve", F32, EQUAL, ""),
     ("linalg.cholesky", F32, EQUAL, ""),
     ("linalg.lu_factor", F32, EQUAL, ""),
+    # between copies: the op's inputs and outputs in the replay's arena, one storage
+    ("linalg.qr[intermediate]", F32, EQUAL, ""),
+    ("linalg.eigh[intermediate]", F32, EQUAL, ""),
+    ("sort[intermediate]", F32, EQUAL, ""),
     # random numbers: captured, each call drawing what aot_eager draws under the same seed
     ("bernoulli", F32, EQUAL, ""),
     ("nn.functional.dropout", F32, EQUAL, ""),
     ("multinomial", F32, EQUAL, ""),
     ("normal", F32, EQUAL, ""),
+    ("svd_lowrank", F32, EQUAL, ""),  # random numbers, then factorisations of intermediates
     # bf16
     ("add", BF16, EQUAL, ""),
     ("mul[operator]", BF16, EQUAL, ""),
@@ -123,7 +128,8 @@ def case_params() -> list:
 
 
 def find_target(name: str, dtype: torch.dtype) -> Target:
-    targets = [t for t in select_targets([name], dtype, ("function", "operator")) if t.name == name]
+    variants = ("function", "operator", "intermediate")
+    targets = [t for t in select_targets([name], dtype, variants) if t.name == name]
     assert len(targets) == 1, f"{name} at {dtype}: {len(targets)} OpInfo targets"
     return targets[0]
 

@@ -45,6 +45,8 @@ class GraphFacts:
     tensor_indices: frozenset[int] = frozenset()
     """Inputs that are tensors (effect tokens excluded); the others are ints and other values."""
     num_inputs: int = 0
+    draws_random: bool = False
+    """It has random ops (a CPU graph: a device graph refuses them)."""
 
 
 def mutated_inputs(graph: torch.fx.Graph) -> frozenset[int]:
@@ -241,4 +243,5 @@ def analyse_graph(
             i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and i not in tokens
         ),
         num_inputs=len(values),
+        draws_random=graph_draws_random_numbers(gm.graph),
     )

@@ -39,7 +39,7 @@ class DumpedCalls:
         if reason is None:
             entry = self.replayable(args)
             if entry is None:
-                saved = io.snapshot(args, manager.layout.mutated)
+                saved = io.snapshot(args, manager.layout.mutated, manager.facts.draws_random)
                 manager(args)  # captures the key as any first call would
                 io.restore(saved)
                 entry = self.replayable(args)

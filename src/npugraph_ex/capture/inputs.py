@@ -215,19 +215,21 @@ def write_back(written: Sequence[tuple[int, torch.Tensor]], args: Sequence[Any])
 class Snapshot:
     """What a run the caller must not see (a warm-up, a capture that failed, the kernels' run
     beside the ATen replay's) changes, as it was before: copies of the inputs the graph writes,
-    and the CPU's random-number generator, which a CPU graph's random ops draw from as eager's
-    do (the call that follows draws eager's numbers)."""
+    and for a graph with random ops the CPU's generator, which they draw from as eager's do (the
+    call that follows draws eager's numbers)."""
 
     written: list[tuple[torch.Tensor, torch.Tensor]]
-    random_state: torch.Tensor
+    random_state: torch.Tensor | None
 
 
-def snapshot(args: Sequence[Any], indices: Sequence[int]) -> Snapshot:
-    return Snapshot([(args[i], args[i].clone()) for i in indices], torch.get_rng_state())
+def snapshot(args: Sequence[Any], indices: Sequence[int], draws_random: bool) -> Snapshot:
+    random_state = torch.get_rng_state() if draws_random else None
+    return Snapshot([(args[i], args[i].clone()) for i in indices], random_state)
 
 
 def restore(saved: Snapshot) -> None:
     with torch.no_grad():
         for target, saved_value in saved.written:
             target.copy_(saved_value)
-    torch.set_rng_state(saved.random_state)
+    if saved.random_state is not None:
+        torch.set_rng_state(saved.random_state)

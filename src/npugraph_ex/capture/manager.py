@@ -265,7 +265,7 @@ class CaptureManager:
     def capture_staged(self, staged: io.StagedInputs, pool: Any, program: Program) -> Capture:
         """Warm up, undo the warm-up's writes, then capture ``program``; a capture that fails
         while it runs the program has its writes undone too."""
-        saved = io.snapshot(staged.args, self.layout.mutated)
+        saved = io.snapshot(staged.args, self.layout.mutated, self.facts.draws_random)
         try:
             with self.global_capture_lock():
                 if self.config.num_warmup_iters and self.runtime.warms_up(program.kind):

@@ -265,7 +265,7 @@ class TieredGraph(CapturedGraph):
         if made.symbolic and not guards_hold(made.guards, self.args):
             self.ask_own()
             return self.aten.replay()
-        saved = snapshot(self.args, self.written)
+        saved = snapshot(self.args, self.written, self.tier.draws_random)
         try:
             captured = self.capture(Program(made.run, "kernels"))
         except Exception as error:  # the ATen replay stays; the call gets its results

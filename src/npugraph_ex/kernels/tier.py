@@ -172,7 +172,7 @@ class KernelTier:
         self.chooses = config.static_kernels_for
         self.empty = not any(node.op.startswith("call") for node in gm.graph.nodes)
         """No op to compile (``remote_compile.NOTHING_TO_COMPILE``)."""
-        self.random = graph_draws_random_numbers(gm.graph)
+        self.draws_random = graph_draws_random_numbers(gm.graph)
         """Its random ops draw from the process's generator: a first run in a thread beside
         the serving one would take numbers from between the calls', so none is made."""
         self.threads = torch.get_num_threads()
@@ -267,7 +267,7 @@ class KernelTier:
             return known
         shared = self.shares(own)
         signature = None if shared else input_signature(args)
-        warms = not runtime_for(self.device_type).warms_up("kernels") and not self.random
+        warms = not runtime_for(self.device_type).warms_up("kernels") and not self.draws_random
         warm_args = None
         if warms:
             warm_args = [

@@ -28,6 +28,7 @@ import torch
 from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
+from npugraph_ex.runtime.cpu.memory import aligned
 from npugraph_ex.runtime.tensors import tensors_in
 
 VERDICTS: dict[tuple, bool] = {}
@@ -115,7 +116,7 @@ def remember(verdicts: dict[tuple, bool], key: tuple, verdict: bool) -> bool:
 def trial(
     out_op: OpOverload, args: tuple, kwargs: dict, out_names: tuple[str, ...], results: list[Any]
 ) -> bool:
-    scratch = pytree.tree_map_only(torch.Tensor, exact_layout, results)
+    scratch = in_one_storage(results)
     before = storages(scratch)
     try:
         out_op(*args, **kwargs, **dict(zip(out_names, scratch, strict=True)))
@@ -134,10 +135,33 @@ def storages(values: Any) -> list[tuple[int, int]]:
     ]
 
 
-def exact_layout(tensor: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(
-        tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
+def in_one_storage(results: list[Any]) -> list[Any]:
+    """Scratch outputs of the exact layouts of ``results``, all in one storage, apart: as the
+    replay's are, whose intermediates all lie in one arena. A kernel that tells its outputs'
+    storages apart (``linalg_qr.out`` takes ``Q`` sharing ``R``'s storage for ``R`` itself, and
+    leaves ``R`` unwritten) then fails its trial here, not on a replay."""
+    tensors = tensors_in(results)
+    offsets, nbytes = [], 0
+    for tensor in tensors:
+        offsets.append(nbytes)
+        nbytes += aligned(extent(tensor) * tensor.element_size())
+    device = tensors[0].device if tensors else torch.device("cpu")
+    storage = torch.UntypedStorage(nbytes, device=device)
+    carved = iter(
+        torch.empty(0, dtype=t.dtype, device=device).set_(
+            storage, offset // t.element_size(), t.shape, t.stride()
+        )
+        for t, offset in zip(tensors, offsets, strict=True)
     )
+    return pytree.tree_map_only(torch.Tensor, lambda _: next(carved), results)
+
+
+def extent(tensor: torch.Tensor) -> int:
+    """Elements a tensor of this layout spans in its storage (from its first element)."""
+    if tensor.numel() == 0:
+        return 0
+    steps = zip(tensor.shape, tensor.stride(), strict=True)
+    return 1 + sum((size - 1) * step for size, step in steps)
 
 
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
