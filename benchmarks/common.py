@@ -49,6 +49,7 @@ __all__ = [
     "Block",
     "Panel",
     "add_common_args",
+    "add_settling_args",
     "apply_threads",
     "aten_self_times",
     "bar_panels",
@@ -66,11 +67,10 @@ __all__ = [
     "median",
     "qwen3_token_forward",
     "package_version",
-    "per_call",
     "print_heading",
     "scaled",
     "settings_of",
-    "settle_keys",
+    "settled_times",
     "source_commit",
     "spread",
     "step_loop",
@@ -109,6 +109,28 @@ def settle_keys(call: Callable[[], Any], managers: list[Any], calls: int, limit_
         if made >= calls and (not busy or time.perf_counter() - started > limit_s):
             return states()
         time.sleep(0.01)
+
+
+def add_settling_args(parser: argparse.ArgumentParser) -> None:
+    """``--calls``, ``--warmup-calls`` and ``--settle-s``, read by ``settled_times``."""
+    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
+    parser.add_argument("--warmup-calls", type=int, default=30, help="calls before timing")
+    parser.add_argument(
+        "--settle-s", type=float, default=120.0, help="longest wait for the kernel tier"
+    )
+
+
+def settled_times(
+    calls: dict[str, tuple[Callable[[], Any], list[Any]]], args: argparse.Namespace, label: str
+) -> dict[str, list[float]]:
+    """Each form's call (with the capture managers of its graphs) called until its keys settle
+    (``settle_keys``; their states printed), then the forms timed interleaved: seconds a call,
+    per repeat."""
+    for name, (call, managers) in calls.items():
+        states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
+        print(f"{label}, {name}: keys {states}", flush=True)
+    blocks = {name: per_call(call, args.calls) for name, (call, _) in calls.items()}
+    return interleaved(blocks, args.repeats)
 
 
 def captured_graph(before: set[int]) -> tuple[Any, Any]:

@@ -33,16 +33,15 @@ from typing import Any
 import torch
 from common import (
     add_common_args,
+    add_settling_args,
     apply_threads,
     format_table,
-    interleaved,
     live_graph_numbers,
     managers_since,
     median,
-    per_call,
     print_heading,
     settings_of,
-    settle_keys,
+    settled_times,
     spread,
     write_json,
 )
@@ -137,15 +136,6 @@ def checked_calls(
     return calls
 
 
-def timed(args: argparse.Namespace, make: Callable[[], tuple]) -> dict[str, list[float]]:
-    """Seconds a call of eager and of each of ``args.forms``, per repeat, in this process."""
-    calls = checked_calls(make, args.forms.split(","))
-    for name, (call, managers) in calls.items():
-        states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
-        print(f"{make.__name__}, {name}: keys {states}", flush=True)
-    return interleaved({n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats)
-
-
 def in_fresh_process(args: argparse.Namespace, workload: str, form: str) -> dict[str, list]:
     """One workload and form timed against eager in a fresh process with a fresh Inductor
     cache folder; the eager row named for the form's process."""
@@ -163,11 +153,7 @@ def in_fresh_process(args: argparse.Namespace, workload: str, form: str) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
-    parser.add_argument("--warmup-calls", type=int, default=30, help="calls before timing")
-    parser.add_argument(
-        "--settle-s", type=float, default=120.0, help="longest wait for the kernel tier"
-    )
+    add_settling_args(parser)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--forms", default=",".join(FORMS), help="compiled forms, in one process")
     parser.add_argument(
@@ -187,7 +173,8 @@ def main() -> None:
                 for form in args.forms.split(","):
                     times.update(in_fresh_process(args, workload, form))
             else:
-                times = timed(args, WORKLOADS[workload])
+                forms = args.forms.split(",")
+                times = settled_times(checked_calls(WORKLOADS[workload], forms), args, workload)
             results[workload] = times
             for name, t in times.items():
                 # Against eager of the same process (a fresh process per form: its own eager).

@@ -28,16 +28,15 @@ from typing import Any
 import torch
 from common import (
     add_common_args,
+    add_settling_args,
     apply_threads,
     format_table,
-    interleaved,
     live_graph_numbers,
     managers_since,
     median,
-    per_call,
     print_heading,
     settings_of,
-    settle_keys,
+    settled_times,
     spread,
     write_json,
 )
@@ -113,11 +112,7 @@ def generate_calls() -> Calls:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=512, help="rows of the cache (default 512)")
-    parser.add_argument("--calls", type=int, default=20, help="calls per timed block")
-    parser.add_argument("--warmup-calls", type=int, default=30, help="calls before timing")
-    parser.add_argument(
-        "--settle-s", type=float, default=120.0, help="longest wait for the kernel tier"
-    )
+    add_settling_args(parser)
     add_common_args(parser, "written_inputs", repeats=7)
     args = parser.parse_args()
     apply_threads(args.threads)
@@ -128,12 +123,7 @@ def main() -> None:
             ("cache row", cache_row_calls(args.rows)),
             ("generate", generate_calls()),
         ):
-            for name, (call, managers) in calls.items():
-                states = settle_keys(call, managers, args.warmup_calls, args.settle_s)
-                print(f"{workload}, {name}: keys {states}", flush=True)
-            times = interleaved(
-                {n: per_call(f, args.calls) for n, (f, _) in calls.items()}, args.repeats
-            )
+            times = settled_times(calls, args, workload)
             results[workload] = times
             eager = median(times["eager"])
             for name, t in times.items():

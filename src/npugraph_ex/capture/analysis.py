@@ -103,7 +103,8 @@ def is_host_scalar(value: Any) -> bool:
 
 def draws_random_numbers(node: torch.fx.Node) -> bool:
     """True for seeded random ops, except dropout-carrying ops that cannot drop anything."""
-    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+    target = node.target
+    if not hasattr(target, "_schema") or torch.Tag.nondeterministic_seeded not in target.tags:
         return False
     names = {argument.name for argument in node.target._schema.arguments}
     if "dropout_p" in names:
@@ -114,8 +115,7 @@ def draws_random_numbers(node: torch.fx.Node) -> bool:
 
 
 def graph_draws_random_numbers(graph: torch.fx.Graph) -> bool:
-    calls = [node for node in graph.nodes if node.op == "call_function"]
-    return any(hasattr(node.target, "_schema") and draws_random_numbers(node) for node in calls)
+    return any(node.op == "call_function" and draws_random_numbers(node) for node in graph.nodes)
 
 
 def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:
@@ -125,7 +125,7 @@ def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:
     if node.op != "call_function" or target is operator.getitem:
         return None
     tags = getattr(target, "tags", ())
-    if device_type != "cpu" and hasattr(target, "_schema") and draws_random_numbers(node):
+    if device_type != "cpu" and draws_random_numbers(node):
         return "random-number op"
     if any(tag in tags for tag in HOST_SYNC_TAGS):
         return "host synchronisation (data-dependent output)"
