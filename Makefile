@@ -50,8 +50,9 @@ demo: install
 
 # PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
 # with static shapes (each op also between copies: its tensors the graph's intermediates) and with
-# dynamic=True, then bf16 and int64 (a breadth subset, fewer samples per op). Writes docs/sweep.md
-# (and every result to sweep-results/sweep.json). About half an hour on 2 cores.
+# dynamic=True, then bf16 and int64 (a breadth subset, fewer samples per op), then that subset in
+# float32 on static kernels (static_kernel_compile=True: Inductor's kernels for each key). Writes
+# docs/sweep.md (and every result to sweep-results/sweep.json). About 40 minutes on 2 cores.
 SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
 # The bf16 and int64 runs: a breadth subset of the database (each family of ops a model uses).
 BREADTH_OPS := abs,neg,exp,log,tanh,rsqrt,sigmoid,nn.functional.gelu,nn.functional.silu,nn.functional.relu
@@ -71,6 +72,8 @@ sweep: install
 	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic
 	$(SWEEP) --dtype bfloat16 --limit-samples 2 --ops '$(BREADTH_OPS)'
 	$(SWEEP) --dtype int64 --limit-samples 2 --ops '$(BREADTH_OPS)'
+	$(SWEEP) --dtype float32 --limit-samples 2 --ops '$(BREADTH_OPS)' \
+		--variants function,intermediate,inplace --options static_kernel_compile=True
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)

@@ -3,7 +3,8 @@
 For each OpInfo and dtype, up to ``limit`` CPU samples (of as many kinds as there are: tensor or
 number arguments, 0-d, empty; from the first ``SAMPLE_POOL``; binary ops that take a Python number
 get one such sample more) are called three times through ``torch.compile(backend="npugraph_ex")``
-with default options: once with the OpInfo's sample (the capture), then twice with fresh inputs
+with default options (or ``--options``: ``static_kernel_compile=True`` runs every key on
+Inductor's kernels): once with the OpInfo's sample (the capture), then twice with fresh inputs
 (the replays: the sample regenerated under other seeds, every tensor's values renewed, the
 structure kept). Every call is compared with ``backend="aot_eager"`` on copies of exactly the same
 inputs, outputs and written inputs both, with ``torch.testing.assert_close``'s dtype defaults (NaN
@@ -38,6 +39,7 @@ flags.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import itertools
 import json
@@ -96,6 +98,8 @@ class SampleResult:
     graphs: int = 0
     captures: int = 0
     replays: int = 0
+    kernels: int = 0
+    """Keys that run compiled kernels (``static_kernel_compile=True`` in ``--options``)."""
     stale: bool = False
     """A replay reused the capture's values: renewed ones made the reference fail."""
     inexact: str = ""
@@ -114,6 +118,7 @@ class OpResult:
     graphs: int = 0
     captures: int = 0
     replays: int = 0
+    kernels: int = 0
     stale: int = 0
     inexact: str = ""
     seconds: float = 0.0
@@ -426,9 +431,11 @@ def logged_reasons() -> Iterator[Reasons]:
         logger.removeHandler(handler)
 
 
-def make_runners(fn: Callable[..., Any], dynamic: bool) -> tuple[Callable, Callable]:
-    """``aot_eager`` and ``npugraph_ex`` compilations of ``fn``, on distinct code objects so
-    that neither backend's cache entries or recompile counts touch the other's."""
+def make_runners(
+    fn: Callable[..., Any], dynamic: bool, options: dict[str, Any] | None = None
+) -> tuple[Callable, Callable]:
+    """``aot_eager`` and ``npugraph_ex`` (with ``options``) compilations of ``fn``, on distinct
+    code objects so that neither backend's cache entries or recompile counts touch the other's."""
 
     def reference(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -438,7 +445,7 @@ def make_runners(fn: Callable[..., Any], dynamic: bool) -> tuple[Callable, Calla
 
     return (
         torch.compile(reference, backend="aot_eager", dynamic=dynamic),
-        torch.compile(compiled, backend="npugraph_ex", dynamic=dynamic),
+        torch.compile(compiled, backend="npugraph_ex", dynamic=dynamic, options=options or None),
     )
 
 
@@ -456,21 +463,33 @@ def run_call(runner: Callable, sample: Any) -> tuple[Any, Any]:
     return clone_tree(output), (args, kwargs)
 
 
-def backend_counts() -> tuple[int, int, int, Counter]:
+ON_KERNELS = ("compiled", "cache_hit", "reused")
+"""The ``static_kernels`` outcomes of a key that runs compiled kernels."""
+
+
+def backend_counts() -> tuple[int, int, int, int, Counter]:
     """Graphs called since ``fresh_dynamo`` (earlier ones live on until garbage collected, with
-    zeroed counters), and what they did."""
+    zeroed counters), and what they did: captures, replays, and the calls that ran eagerly or keys
+    whose static kernels failed to compile (both degrades, counted by reason), and the keys on
+    kernels."""
     graphs = [
         g
         for g in npugraph_ex.stats()["graphs"]
         if g["captures"] or g["replays"] or g["eager_calls"]
     ]
     eager: Counter = Counter()
+    kernels = 0
     for graph in graphs:
+        kernels += sum(graph.get("static_kernels", {}).get(o, 0) for o in ON_KERNELS)
         eager.update(graph["eager_calls"])
+        failed_kernels = graph.get("static_kernels", {}).get("failed", 0)
+        if failed_kernels:
+            eager["static kernels failed"] += failed_kernels
     return (
         len(graphs),
         sum(g["captures"] for g in graphs),
         sum(g["replays"] for g in graphs),
+        kernels,
         eager,
     )
 
@@ -482,12 +501,17 @@ def reference_is_nondeterministic(reference: Callable, sample: Any) -> bool:
 
 
 def run_sample(
-    fn: Callable[..., Any], calls: list[Any], dynamic: bool, *, values: bool = True
+    fn: Callable[..., Any],
+    calls: list[Any],
+    dynamic: bool,
+    *,
+    values: bool = True,
+    options: dict[str, Any] | None = None,
 ) -> SampleResult:
     """Three calls of one sample through both backends (fresh compilations of each); without
     ``values``, outputs are compared by layout only (see ``compare``)."""
     fresh_dynamo()
-    reference, compiled = make_runners(fn, dynamic)
+    reference, compiled = make_runners(fn, dynamic, options)
     stale, inexact = False, ""
     with logged_reasons() as reasons:
         for number, sample in enumerate(calls, start=1):
@@ -511,8 +535,10 @@ def run_sample(
             if not inexact and values:
                 bits = compare(expected, actual, exact=True)
                 inexact = f"call {number}: {bits}" if bits else ""
-    graphs, captures, replays, eager = backend_counts()
-    result = SampleResult(EQUAL, graphs=graphs, captures=captures, replays=replays, stale=stale)
+    graphs, captures, replays, kernels, eager = backend_counts()
+    result = SampleResult(
+        EQUAL, graphs=graphs, captures=captures, replays=replays, kernels=kernels, stale=stale
+    )
     result.inexact = inexact
     if not graphs:
         result.cls = NO_GRAPH
@@ -566,6 +592,7 @@ def summarise(
         graphs=sum(r.graphs for r in results),
         captures=sum(r.captures for r in results),
         replays=sum(r.replays for r in results),
+        kernels=sum(r.kernels for r in results),
         stale=sum(r.stale for r in results),
         inexact=next((r.inexact for r in results if r.inexact), ""),
     )
@@ -579,15 +606,18 @@ def run_target(
     limit: int = 4,
     pool: int = SAMPLE_POOL,
     timeout: int = 0,
+    options: dict[str, Any] | None = None,
 ) -> OpResult:
     """Classify one OpInfo variant at ``dtype`` over up to ``limit`` of its first ``pool``
-    samples."""
+    samples, compiled with ``options``."""
     started = time.perf_counter()
     results: list[SampleResult] = []
     try:
         with time_limit(timeout), torch.no_grad():
             for calls in fresh_calls(target.op, dtype, limit, pool):
-                results.append(run_sample(target.fn, calls, dynamic, values=target.has_values))
+                results.append(
+                    run_sample(target.fn, calls, dynamic, values=target.has_values, options=options)
+                )
     except OpTimeout as error:
         results.append(SampleResult(TIMEOUT, f"{len(results)} samples done, then {error}"))
     except Exception as error:  # the samples themselves could not be made
@@ -627,7 +657,12 @@ def worker(args: argparse.Namespace) -> None:
         for target in targets:
             print(json.dumps({"start": target.name}), file=out, flush=True)
             result = run_target(
-                target, dtype, dynamic=args.dynamic, limit=args.limit_samples, timeout=args.timeout
+                target,
+                dtype,
+                dynamic=args.dynamic,
+                limit=args.limit_samples,
+                timeout=args.timeout,
+                options=parse_options(args.options),
             )
             print(json.dumps(asdict(result)), file=out, flush=True)
 
@@ -649,7 +684,8 @@ def read_results(path: str) -> tuple[list[dict[str, Any]], str | None]:
 def sweep(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
     """Run ``names`` in child processes; an op that kills its child is an error, and the sweep
     goes on after it."""
-    results_path = f"{args.out_json or 'sweep'}.{args.dtype}.{int(args.dynamic)}.jsonl.partial"
+    results_path = f"{args.out_json or 'sweep'}.{args.dtype}.{int(args.dynamic)}.{os.getpid()}"
+    results_path += ".jsonl.partial"
     open(results_path, "w").close()
     remaining = list(names)
     while remaining:
@@ -674,13 +710,30 @@ def sweep(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
 def passthrough(args: argparse.Namespace) -> list[str]:
     flags = ["--dtype", args.dtype, "--limit-samples", str(args.limit_samples)]
     flags += ["--timeout", str(args.timeout), "--threads", str(args.threads)]
+    flags += ["--options", args.options] if args.options else []
     return flags + (["--dynamic"] if args.dynamic else [])
+
+
+def parse_options(text: str) -> dict[str, Any]:
+    """``--options``'s ``name=value,...`` as the backend's options (values as Python literals,
+    else strings): ``static_kernel_compile=True`` sweeps the kernels every key compiles."""
+    options: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        try:
+            options[name.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            options[name.strip()] = value.strip()
+    return options
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--dynamic", action="store_true", help="compile with dynamic=True")
+    parser.add_argument(
+        "--options", default="", help="backend options, name=value,... (default: none given)"
+    )
     parser.add_argument("--ops", default="", help="comma-separated names or fnmatch patterns")
     parser.add_argument(
         "--variants", default=",".join(DEFAULT_VARIANTS), help=f"of {', '.join(VARIANTS)}"
@@ -717,6 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = {
         "dtype": args.dtype,
         "dynamic": args.dynamic,
+        "options": args.options,
         "limit_samples": args.limit_samples,
         "variants": variants,
         "ops": args.ops or "all",
@@ -729,7 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": results,
     }
     counts = Counter(r["cls"] for r in results)
-    print(f"{run_title(args.dtype, args.dynamic)}: {dict(counts)} in {run['seconds']:.0f} s")
+    print(f"{run_title(run)}: {dict(counts)} in {run['seconds']:.0f} s")
     runs = [run]
     if args.out_json:
         runs = merge_runs(args.out_json, run, update=args.update)

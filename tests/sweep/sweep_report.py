@@ -27,14 +27,20 @@ def short_reason(reason: str) -> str:
     return reason.split(" at File ")[0]
 
 
-def run_title(dtype: str, dynamic: bool) -> str:
-    return f"{dtype}, {'dynamic=True' if dynamic else 'static shapes'}"
+def run_title(run: dict[str, Any]) -> str:
+    title = f"{run['dtype']}, {'dynamic=True' if run['dynamic'] else 'static shapes'}"
+    return f"{title}, {run['options']}" if run.get("options") else title
+
+
+def run_kind(run: dict[str, Any]) -> tuple[str, bool, str]:
+    """Runs of one kind replace each other in the JSON: dtype, dynamic and the options given."""
+    return run["dtype"], run["dynamic"], run.get("options", "")
 
 
 def render_run(run: dict[str, Any]) -> list[str]:
     results = run["results"]
     counts = Counter(r["cls"] for r in results)
-    lines = [f"## {run_title(run['dtype'], run['dynamic'])}", ""]
+    lines = [f"## {run_title(run)}", ""]
     if run.get("ops", "all") != "all":
         lines += [f"OpInfos selected by `--ops {run['ops']}`.", ""]
     lines.append(
@@ -43,6 +49,10 @@ def render_run(run: dict[str, Any]) -> list[str]:
         f"{run['seconds'] / 60:.1f} min ({run['threads']} intra-op thread, {run['cores']} cores). "
         "Samples: " + ", ".join(f"{c} {n}" for c, n in sorted(run["sample_counts"].items())) + "."
     )
+    if run.get("options"):
+        kernels = sum(r.get("kernels", 0) for r in results)
+        captures = sum(r["captures"] for r in results)
+        lines += ["", f"Keys on compiled kernels: {kernels} of {captures} captured."]
     if "environment" in run:
         commits = ", then ".join(run["commits"])
         lines += ["", f"{run['environment']}; npugraph_ex commit {commits}."]
@@ -71,7 +81,8 @@ def render(runs: list[dict[str, Any]]) -> str:
         "# OpInfo sweep",
         "",
         "PyTorch's OpInfo database (`torch.testing._internal.common_methods_invocations.op_db`) "
-        'run through `backend="npugraph_ex"` with default options, each sample called three '
+        'run through `backend="npugraph_ex"` with default options (where a run\'s title names '
+        "options, with those), each sample called three "
         "times (the capture, then two replays on fresh inputs of the same structure) and compared "
         'with `backend="aot_eager"` on the same inputs. Written by `make sweep` '
         "(`tests/sweep/opinfo_sweep.py`; the classes are defined in its docstring). "
@@ -84,13 +95,13 @@ def render(runs: list[dict[str, Any]]) -> str:
 
 def merge_runs(path: str, run: dict[str, Any], *, update: bool) -> list[dict[str, Any]]:
     """The runs already in the JSON at ``path``, with ``run`` replacing the one of the same kind
-    (dtype and dynamic); with ``update``, only that run's results of the ops ``run`` has."""
+    (``run_kind``); with ``update``, only that run's results of the ops ``run`` has."""
     runs = []
     if os.path.exists(path):
         with open(path) as existing:
             runs = json.load(existing)["runs"]
-    same = (run["dtype"], run["dynamic"])
-    old = next((r for r in runs if (r["dtype"], r["dynamic"]) == same), None)
+    same = run_kind(run)
+    old = next((r for r in runs if run_kind(r) == same), None)
     if update and old is not None:
         rerun = {r["name"] for r in run["results"]}
         kept = [r for r in old["results"] if r["name"] not in rerun]
@@ -100,9 +111,9 @@ def merge_runs(path: str, run: dict[str, Any], *, update: bool) -> list[dict[str
         run = {**old, "results": kept + run["results"], "seconds": seconds, "commits": commits}
         run["environment"] = old.get("environment", run["environment"])
         run["sample_counts"] = sample_counts(run["results"])
-    runs = [r for r in runs if (r["dtype"], r["dynamic"]) != same] + [run]
+    runs = [r for r in runs if run_kind(r) != same] + [run]
     order = {name: index for index, name in enumerate(DTYPES)}
-    return sorted(runs, key=lambda r: (order[r["dtype"]], r["dynamic"]))
+    return sorted(runs, key=lambda r: (order[r["dtype"]], *run_kind(r)[1:]))
 
 
 def sample_counts(results: list[dict[str, Any]]) -> dict[str, int]:

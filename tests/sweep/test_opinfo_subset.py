@@ -128,7 +128,7 @@ def case_params() -> list:
 
 
 def find_target(name: str, dtype: torch.dtype) -> Target:
-    variants = ("function", "operator", "intermediate")
+    variants = ("function", "operator", "intermediate", "inplace")
     targets = [t for t in select_targets([name], dtype, variants) if t.name == name]
     assert len(targets) == 1, f"{name} at {dtype}: {len(targets)} OpInfo targets"
     return targets[0]
@@ -146,3 +146,20 @@ def test_opinfo_op(name: str, dtype: torch.dtype, dynamic: bool, cls: str, reaso
     if cls == EQUAL:
         assert result.captures >= 1 and result.replays >= 2 * result.captures, result
         assert name in REWRITTEN or not result.inexact, f"{name}: {result.inexact}"
+
+
+KERNEL_CASES = ["add", "sort[intermediate]", "index_put[inplace]"]
+"""Cases run with ``static_kernel_compile=True``: each key runs Inductor's kernels for its sizes
+(``make sweep`` runs the breadth subset so): a pointwise op; an op between copies (its tensors
+intermediates); an op writing its input in place (the kernels' write reaches the caller's
+tensor). Within tolerance of ``aot_eager`` (Inductor may fuse differently)."""
+
+
+@pytest.mark.parametrize("name", KERNEL_CASES)
+def test_opinfo_op_on_static_kernels(name: str) -> None:
+    with dynamo_limits():
+        target = find_target(name, F32)
+        options = {"static_kernel_compile": True}
+        result = run_target(target, F32, limit=1, pool=8, timeout=120, options=options)
+    assert result.cls == EQUAL, f"{name}: {result.cls} ({result.reason}); samples {result.samples}"
+    assert result.captures >= 1 and result.kernels == result.captures, result
