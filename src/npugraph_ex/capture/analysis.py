@@ -115,7 +115,19 @@ def draws_random_numbers(node: torch.fx.Node) -> bool:
 
 
 def graph_draws_random_numbers(graph: torch.fx.Graph) -> bool:
-    return any(node.op == "call_function" and draws_random_numbers(node) for node in graph.nodes)
+    """Whether ``graph`` or a subgraph it runs (a ``torch.cond`` branch) draws random numbers."""
+    return any(
+        (node.op == "call_function" and draws_random_numbers(node))
+        or (node.op == "get_attr" and subgraph_draws_random_numbers(graph, node.target))
+        for node in graph.nodes
+    )
+
+
+def subgraph_draws_random_numbers(graph: torch.fx.Graph, name: str) -> bool:
+    value: Any = graph.owning_module
+    for part in name.split("."):
+        value = getattr(value, part, None)
+    return isinstance(value, torch.fx.GraphModule) and graph_draws_random_numbers(value.graph)
 
 
 def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:

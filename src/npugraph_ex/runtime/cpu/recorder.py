@@ -22,7 +22,7 @@ from npugraph_ex.runtime.cpu.lanes import (
     join_step,
 )
 from npugraph_ex.runtime.cpu.release import Releaser, allocated_storages
-from npugraph_ex.runtime.cpu.steps import SYNCHRONOUS_NAMESPACES, Step, plan_step
+from npugraph_ex.runtime.cpu.steps import CONTROL_FLOW, SYNCHRONOUS_NAMESPACES, Step, plan_step
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
 
@@ -30,9 +30,10 @@ WITH_EFFECTS = torch.ops.higher_order.with_effects
 class KernelRecorder(TorchDispatchMode):
     """Runs kernels normally and records, for each, the step that recomputes it in place.
 
-    Of the higher-order ops, only ``with_effects`` reaches a graph that is captured (AOTAutograd
-    wraps ops with side effects in it, such as linalg's error checks): its op is recorded and
-    always re-issued, whether or not it returns anything.
+    Of the higher-order ops, ``with_effects`` (AOTAutograd wraps ops with side effects in it,
+    such as linalg's error checks) has its op recorded and always re-issued, whether or not it
+    returns anything; control flow (``steps.CONTROL_FLOW``: ``torch.cond``, ``flex_attention``)
+    runs as eager runs it, its inner kernels unrecorded, and is re-issued whole.
     """
 
     supports_higher_order_operators = True
@@ -55,7 +56,7 @@ class KernelRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is WITH_EFFECTS:
             return self.record_effect(*args, **kwargs)
-        if not isinstance(func, OpOverload):
+        if not isinstance(func, OpOverload) and func not in CONTROL_FLOW:
             raise CaptureError(f"the CPU replay engine cannot record {func}")
         lane = self.lanes.lane_of(func, args, kwargs)
         result = func(*args, **kwargs)

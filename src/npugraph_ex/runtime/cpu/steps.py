@@ -21,6 +21,10 @@ Rules, per kernel:
 - copies (``clone``, ``_to_copy``) become one ``copy_`` into their recorded output;
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
 - ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped;
+- control flow (``torch.cond``, ``while_loop``) and the other higher-order ops of
+  ``CONTROL_FLOW`` are re-issued whole on every replay, as eager runs them: a predicate is read
+  then, a branch's kernels run eagerly, and the results are copied into the recorded outputs
+  (the kernels around them replay as usual);
 - a functional collective (``_c10d_functional.all_reduce``, what Dynamo makes of
   ``dist.all_reduce``) returns before its result is complete: it is waited for before the copy
   (its own ``wait_tensor`` step, on the recorded output, has no work left to wait for).
@@ -33,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload
 from torch.utils import _pytree as pytree
 
 from npugraph_ex.errors import CaptureError
@@ -73,6 +77,15 @@ SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
 Any other op (a collective, which reads its input until its ``wait_tensor``; a custom op) may
 keep reading or writing them: a capture never frees what such an op was given, and no step of
 it is constant (``constants``)."""
+
+CONTROL_FLOW = frozenset(
+    op
+    for name in ("cond", "while_loop", "scan", "map_impl", "flex_attention")
+    if isinstance(op := getattr(torch.ops.higher_order, name, None), HigherOrderOperator)
+)
+"""Higher-order ops whose results are fresh (none aliases or writes an operand), most of them
+choosing at run time which kernels run (a predicate, a loop's condition): recorded as one
+compute-and-copy step each, their inner kernels run eagerly on every replay."""
 
 EXACT_NUMBER_DTYPES = frozenset({torch.float32, torch.float64})
 """Dtypes that CPU kernels compute in as they are, a Python number operand included."""
@@ -141,6 +154,9 @@ def plan_step(op: OpOverload, args: tuple, kwargs: dict, result: Any) -> Planned
     """The step that recomputes ``result`` in place on replay, or None when nothing must run."""
     if op in UNINITIALISED_FACTORIES:
         return None
+    if op in CONTROL_FLOW:
+        fresh = list(range(len(tensors_in(result))))
+        return "copy", compute_and_copy(op, args, kwargs, result, fresh)
     if is_scope_marker(op):
         return "host", (host_effect(op), args, kwargs)
     leaves = pytree.tree_leaves(result)
@@ -192,7 +208,7 @@ def result_tensor_lister(result: Any) -> Callable[[Any], Sequence[torch.Tensor]]
 
 
 def compute_and_copy(
-    op: OpOverload, args: tuple, kwargs: dict, result: Any, fresh: list[int]
+    op: OpOverload | HigherOrderOperator, args: tuple, kwargs: dict, result: Any, fresh: list[int]
 ) -> Step:
     """A step that runs ``op`` functionally and copies its fresh outputs into the recorded ones.
 
@@ -215,12 +231,14 @@ as many as ``copying_kernel`` made, which keeps them for the process's life anyw
 
 @functools.cache
 def copying_kernel(
-    op: OpOverload, indices: tuple[int, ...], listed: Callable[[Any], Sequence[torch.Tensor]]
+    op: OpOverload | HigherOrderOperator,
+    indices: tuple[int, ...],
+    listed: Callable[[Any], Sequence[torch.Tensor]],
 ) -> Callable[..., None]:
     """The function of a compute-and-copy step: it holds no tensor, so one serves every step and
     every capture that runs ``op`` and copies the same results (a key keeps no closure of its
     own)."""
-    kernel = op._op
+    kernel = op._op if isinstance(op, OpOverload) else op
 
     def run(targets: tuple[torch.Tensor, ...], *call_args: Any, **call_kwargs: Any) -> None:
         new = listed(kernel(*call_args, **call_kwargs))
