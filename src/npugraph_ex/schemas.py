@@ -1,4 +1,5 @@
-"""What ATen schemas say about an op: its ``out=`` overload, its in-place overload.
+"""What ATen schemas say about an op: its ``out=`` overload, its in-place overload; which
+higher-order ops are control flow.
 
 Shared by the passes (which rewrite graphs into ``out=`` and in-place calls) and the CPU replay
 engine (which re-issues recorded kernels through them); it knows no device.
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload
 
 TENSOR_OPTION_ARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
 """Factory arguments an ``out=`` overload takes from its ``out`` tensor instead."""
@@ -22,6 +23,16 @@ NON_BLOCKING_COPIES = {
     torch.ops.aten.copy_.default: 1,
 }
 """Copy ops with a ``non_blocking`` argument, and the position of their source."""
+
+
+CONTROL_FLOW = frozenset(
+    op
+    for name in ("cond", "while_loop", "scan", "map_impl", "flex_attention")
+    if isinstance(op := getattr(torch.ops.higher_order, name, None), HigherOrderOperator)
+)
+"""Higher-order ops whose results are fresh (none aliases an operand), most of them choosing at
+run time which kernels run (a predicate, a loop's condition). A branch may write its operands
+(``torch.cond`` allows it without grad): ``analysis.writes_operands`` tells."""
 
 
 def is_collective(op: Any) -> bool:

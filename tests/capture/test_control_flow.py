@@ -77,6 +77,49 @@ def test_each_replay_runs_the_iterations_eager_runs() -> None:
     assert (totals()["captures"], totals()["replays"], totals()["eager_calls"]) == (1, 3, 0)
 
 
+def writing_branch(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The true branch writes both operands (an input and an intermediate); ``torch.cond``
+    allows it without grad."""
+    h = y * 2
+    out = torch.cond(
+        x.sum() > 0, lambda a, b: a.sin_() + b.add_(1), lambda a, b: a.cos() + b, (x, h)
+    )
+    return out + h
+
+
+def branch_writing_its_own(x: torch.Tensor) -> torch.Tensor:
+    """In place only on what the branch itself made."""
+    return torch.cond(x.sum() > 0, lambda a: a.sin().add_(1), lambda a: a.cos(), (x,)) * 2
+
+
+@torch.no_grad()
+def test_a_branch_that_writes_its_operands_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
+    # A replay would write the input's static copy, not the caller's tensor; and a branch not
+    # taken at capture could write what the capture took for read-only: such a graph keeps
+    # running eagerly, with eager's writes.
+    fn = torch.compile(
+        writing_branch, backend="npugraph_ex", options={"static_kernel_compile": False}
+    )
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        x, y = torch.rand(3, 3) * sign, torch.randn(3, 3)
+        written, eager_written = x.clone(), x.clone()
+        assert torch.equal(fn(written, y), writing_branch(eager_written, y))
+        assert torch.equal(written, eager_written)
+    assert (totals()["captures"], totals()["eager_calls"]) == (0, 4)
+    assert "control flow whose branch writes the tensors it is given: cond" in caplog.text
+
+
+@torch.no_grad()
+def test_a_branch_writing_only_what_it_made_is_captured() -> None:
+    fn = torch.compile(
+        branch_writing_its_own, backend="npugraph_ex", options={"static_kernel_compile": False}
+    )
+    for sign in (1.0, -1.0, 1.0):
+        x = torch.rand(3, 3) * sign
+        assert torch.equal(fn(x), branch_writing_its_own(x))
+    assert (totals()["captures"], totals()["replays"], totals()["eager_calls"]) == (1, 2, 0)
+
+
 def running_means(xs: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     def step(carry: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         carry = carry * 0.5 + x

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
 
 from npugraph_ex.debug.source import source_line
 from npugraph_ex.passes.graph_facts import fake_value
 from npugraph_ex.runtime.tensors import tensors_in
-from npugraph_ex.schemas import NON_BLOCKING_COPIES, argument_value
+from npugraph_ex.schemas import CONTROL_FLOW, NON_BLOCKING_COPIES, argument_value
 
 # ``dynamic_output_shape`` ops (nonzero, but also indexing with int tensors) are judged by
 # their fake output instead: only an unbacked size makes the shape data-dependent.
@@ -117,17 +118,64 @@ def draws_random_numbers(node: torch.fx.Node) -> bool:
 def graph_draws_random_numbers(graph: torch.fx.Graph) -> bool:
     """Whether ``graph`` or a subgraph it runs (a ``torch.cond`` branch) draws random numbers."""
     return any(
-        (node.op == "call_function" and draws_random_numbers(node))
-        or (node.op == "get_attr" and subgraph_draws_random_numbers(graph, node.target))
-        for node in graph.nodes
-    )
+        node.op == "call_function" and draws_random_numbers(node) for node in graph.nodes
+    ) or any(graph_draws_random_numbers(subgraph.graph) for subgraph in subgraphs_of(graph))
 
 
-def subgraph_draws_random_numbers(graph: torch.fx.Graph, name: str) -> bool:
-    value: Any = graph.owning_module
-    for part in name.split("."):
-        value = getattr(value, part, None)
-    return isinstance(value, torch.fx.GraphModule) and graph_draws_random_numbers(value.graph)
+def subgraphs_of(
+    graph: torch.fx.Graph, node: torch.fx.Node | None = None
+) -> list[torch.fx.GraphModule]:
+    """The graph modules ``graph``'s ``get_attr`` nodes (those ``node`` reads, when given) name:
+    the branches of its control flow."""
+    found = []
+    for attr in graph.find_nodes(op="get_attr"):
+        if node is not None and attr not in node.all_input_nodes:
+            continue
+        value: Any = graph.owning_module
+        for part in attr.target.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.fx.GraphModule):
+            found.append(value)
+    return found
+
+
+def writes_operands(node: torch.fx.Node) -> bool:
+    """Whether a control-flow node's subgraphs write a tensor they are given (a ``torch.cond``
+    branch may without grad: ``x.sin_()``, which AOTAutograd leaves as a ``copy_`` into it)."""
+    return any(writes_inputs(subgraph.graph) for subgraph in subgraphs_of(node.graph, node))
+
+
+def writes_inputs(graph: torch.fx.Graph) -> bool:
+    """Whether a kernel of ``graph`` writes one of its placeholders or a view of one; an op with
+    no schema given one counts as writing it."""
+    aliases = set(graph.find_nodes(op="placeholder"))
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        reads = [arg for arg in node.all_input_nodes if arg in aliases]
+        schema = getattr(node.target, "_schema", None)
+        if node.target is operator.getitem or not reads:
+            aliases.update([node] if reads else [])
+        elif node.target in CONTROL_FLOW:
+            if writes_operands(node):
+                return True
+        elif schema is None:
+            return True
+        else:
+            for position, argument in enumerate(schema.arguments):
+                value = (
+                    node.args[position]
+                    if position < len(node.args)
+                    else node.kwargs.get(argument.name)
+                )
+                leaves = pytree.tree_leaves(value)
+                given = [v for v in leaves if isinstance(v, torch.fx.Node) and v in aliases]
+                if argument.alias_info is None or not given:
+                    continue
+                if argument.alias_info.is_write:
+                    return True
+                aliases.add(node)  # a view of an input
+    return False
 
 
 def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:
@@ -139,6 +187,8 @@ def uncapturable_op(node: torch.fx.Node, device_type: str) -> str | None:
     tags = getattr(target, "tags", ())
     if device_type != "cpu" and draws_random_numbers(node):
         return "random-number op"
+    if target in CONTROL_FLOW and writes_operands(node):
+        return "control flow whose branch writes the tensors it is given"
     if any(tag in tags for tag in HOST_SYNC_TAGS):
         return "host synchronisation (data-dependent output)"
     if UNSAFE_TAG is not None and UNSAFE_TAG in tags:

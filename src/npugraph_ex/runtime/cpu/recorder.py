@@ -22,7 +22,8 @@ from npugraph_ex.runtime.cpu.lanes import (
     join_step,
 )
 from npugraph_ex.runtime.cpu.release import Releaser, allocated_storages
-from npugraph_ex.runtime.cpu.steps import CONTROL_FLOW, SYNCHRONOUS_NAMESPACES, Step, plan_step
+from npugraph_ex.runtime.cpu.steps import SYNCHRONOUS_NAMESPACES, Step, plan_step
+from npugraph_ex.schemas import CONTROL_FLOW
 
 WITH_EFFECTS = torch.ops.higher_order.with_effects
 
@@ -32,7 +33,7 @@ class KernelRecorder(TorchDispatchMode):
 
     Of the higher-order ops, ``with_effects`` (AOTAutograd wraps ops with side effects in it,
     such as linalg's error checks) has its op recorded and always re-issued, whether or not it
-    returns anything; control flow (``steps.CONTROL_FLOW``: ``torch.cond``, ``flex_attention``)
+    returns anything; control flow (``schemas.CONTROL_FLOW``: ``torch.cond``, ``flex_attention``)
     runs as eager runs it, its inner kernels unrecorded, and is re-issued whole.
     """
 

@@ -22,7 +22,8 @@ Rules, per kernel:
 - scope markers (``npugraph_ex.scope``) become a call of their effect, which is on the host;
 - ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped;
 - control flow (``torch.cond``, ``while_loop``) and the other higher-order ops of
-  ``CONTROL_FLOW`` are re-issued whole on every replay, as eager runs them: a predicate is read
+  ``schemas.CONTROL_FLOW`` (none writing its operands: ``analysis`` refuses those) are
+  re-issued whole on every replay, as eager runs them: a predicate is read
   then, a branch's kernels run eagerly, and the results are copied into the recorded outputs
   (the kernels around them replay as usual);
 - a functional collective (``_c10d_functional.all_reduce``, what Dynamo makes of
@@ -44,7 +45,7 @@ from npugraph_ex.errors import CaptureError
 from npugraph_ex.runtime.cpu.memory import storage_key, storage_keys
 from npugraph_ex.runtime.cpu.out_check import writes_in_place
 from npugraph_ex.runtime.tensors import tensors_in
-from npugraph_ex.schemas import TENSOR_OPTION_ARGS, is_collective, out_variant
+from npugraph_ex.schemas import CONTROL_FLOW, TENSOR_OPTION_ARGS, is_collective, out_variant
 from npugraph_ex.scope.ops import host_effect, is_scope_marker
 
 aten = torch.ops.aten
@@ -77,15 +78,6 @@ SYNCHRONOUS_NAMESPACES = frozenset({"aten", "prims"})
 Any other op (a collective, which reads its input until its ``wait_tensor``; a custom op) may
 keep reading or writing them: a capture never frees what such an op was given, and no step of
 it is constant (``constants``)."""
-
-CONTROL_FLOW = frozenset(
-    op
-    for name in ("cond", "while_loop", "scan", "map_impl", "flex_attention")
-    if isinstance(op := getattr(torch.ops.higher_order, name, None), HigherOrderOperator)
-)
-"""Higher-order ops whose results are fresh (none aliases or writes an operand), most of them
-choosing at run time which kernels run (a predicate, a loop's condition): recorded as one
-compute-and-copy step each, their inner kernels run eagerly on every replay."""
 
 EXACT_NUMBER_DTYPES = frozenset({torch.float32, torch.float64})
 """Dtypes that CPU kernels compute in as they are, a Python number operand included."""
