@@ -49,11 +49,13 @@ demo: install
 	$(PYTHON) -m npugraph_ex.cli bench --out bench-results/bench.json --plot bench-results/bench.png
 
 # PyTorch's OpInfo database through the backend, compared with aot_eager (tests/sweep): float32
-# with static shapes (each op also between copies: its tensors the graph's intermediates) and with
-# dynamic=True, then bf16 and int64 (a breadth subset, fewer samples per op), then that subset in
-# float32 on static kernels (static_kernel_compile=True: Inductor's kernels for each key). Writes
-# docs/sweep.md (and every result to sweep-results/sweep.json). About 40 minutes on 2 cores.
+# with static shapes (each op also between copies: its tensors the graph's intermediates) and
+# with dynamic=True, each also in place (x.add_); then bf16 and int64 (a breadth subset, fewer
+# samples per op); then that subset on static kernels (static_kernel_compile=True: Inductor's
+# kernels for each key; float32 also in place and with dynamic=True). Writes docs/sweep.md (and
+# every result to sweep-results/sweep.json). About 50 minutes on 2 cores.
 SWEEP := $(PYTHON) tests/sweep/opinfo_sweep.py --json sweep-results/sweep.json --out docs/sweep.md
+ON_KERNELS := --options static_kernel_compile=True --timeout 300
 # The bf16 and int64 runs: a breadth subset of the database (each family of ops a model uses).
 BREADTH_OPS := abs,neg,exp,log,tanh,rsqrt,sigmoid,nn.functional.gelu,nn.functional.silu,nn.functional.relu
 BREADTH_OPS := $(BREADTH_OPS),nn.functional.softplus,add,sub,mul,div.*,pow,remainder,fmod,floor_divide,maximum,minimum
@@ -68,12 +70,16 @@ BREADTH_OPS := $(BREADTH_OPS),nn.functional.interpolate.nearest,nn.functional.pa
 
 sweep: install
 	mkdir -p sweep-results
-	$(SWEEP) --dtype float32 --limit-samples 3 --variants function,operator,intermediate
-	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic
+	$(SWEEP) --dtype float32 --limit-samples 3 --variants function,operator,intermediate,inplace
+	$(SWEEP) --dtype float32 --limit-samples 3 --dynamic --variants function,operator,inplace
 	$(SWEEP) --dtype bfloat16 --limit-samples 2 --ops '$(BREADTH_OPS)'
 	$(SWEEP) --dtype int64 --limit-samples 2 --ops '$(BREADTH_OPS)'
-	$(SWEEP) --dtype float32 --limit-samples 2 --ops '$(BREADTH_OPS)' \
-		--variants function,intermediate,inplace --options static_kernel_compile=True
+	$(SWEEP) --dtype float32 --limit-samples 2 --ops '$(BREADTH_OPS)' $(ON_KERNELS) \
+		--variants function,intermediate,inplace
+	$(SWEEP) --dtype float32 --limit-samples 2 --ops '$(BREADTH_OPS)' $(ON_KERNELS) --dynamic \
+		--variants function,inplace
+	$(SWEEP) --dtype bfloat16 --limit-samples 2 --ops '$(BREADTH_OPS)' $(ON_KERNELS)
+	$(SWEEP) --dtype int64 --limit-samples 2 --ops '$(BREADTH_OPS)' $(ON_KERNELS)
 
 lint:
 	$(PYTHON) -m ruff check $(LINT_PATHS)

@@ -18,6 +18,9 @@ equal). Everything runs under ``torch.no_grad()``. Each sample, then each op, la
 - ``error``: ``npugraph_ex`` raised where ``aot_eager`` did not, or the process died;
 - ``timeout``: the op's samples took longer than ``--timeout`` seconds in all;
 - ``mismatch``: results differ from ``aot_eager``'s;
+- ``as plain Inductor``: on static kernels (``--options static_kernel_compile=True``), results
+  that differ from ``aot_eager``'s as ``backend="inductor"``'s own do (within tolerance of
+  them): Inductor's numerics, not ours (bf16 arithmetic on a Python number kept in float32);
 - ``reference fails``: ``aot_eager`` itself raised (not ours);
 - ``skipped``: no samples, or outputs that differ between two runs of the reference itself.
 
@@ -72,7 +75,18 @@ REFERENCE_FAILS = "reference fails"
 SKIPPED = "skipped"
 TIMEOUT = "timeout"
 NO_GRAPH = "no graph"
-CLASSES = (ERROR, TIMEOUT, MISMATCH, FALLBACK, EQUAL, NO_GRAPH, REFERENCE_FAILS, SKIPPED)
+AS_INDUCTOR = "as plain Inductor"
+CLASSES = (
+    ERROR,
+    TIMEOUT,
+    MISMATCH,
+    FALLBACK,
+    AS_INDUCTOR,
+    EQUAL,
+    NO_GRAPH,
+    REFERENCE_FAILS,
+    SKIPPED,
+)
 """Worst first: an op takes the first class any of its samples has."""
 
 CALLS = 3
@@ -469,9 +483,9 @@ ON_KERNELS = ("compiled", "cache_hit", "reused")
 
 def backend_counts() -> tuple[int, int, int, int, Counter]:
     """Graphs called since ``fresh_dynamo`` (earlier ones live on until garbage collected, with
-    zeroed counters), and what they did: captures, replays, and the calls that ran eagerly or keys
-    whose static kernels failed to compile (both degrades, counted by reason), and the keys on
-    kernels."""
+    zeroed counters), and what they did: captures, replays, keys on kernels, and the calls that
+    ran eagerly or keys whose static kernels failed to compile (both degrades, counted by
+    reason)."""
     graphs = [
         g
         for g in npugraph_ex.stats()["graphs"]
@@ -531,7 +545,11 @@ def run_sample(
             if difference is not None:
                 if reference_is_nondeterministic(reference, sample):
                     return SampleResult(SKIPPED, "reference output is nondeterministic")
-                return SampleResult(MISMATCH, f"call {number}: {difference}")
+                as_inductor = on_kernels(options) and (
+                    compare(inductor_call(fn, dynamic, sample), actual) is None
+                )
+                cls = AS_INDUCTOR if as_inductor else MISMATCH
+                return SampleResult(cls, f"call {number}: {difference}")
             if not inexact and values:
                 bits = compare(expected, actual, exact=True)
                 inexact = f"call {number}: {bits}" if bits else ""
@@ -549,6 +567,20 @@ def run_sample(
         counted = ", ".join(f"{k} x{v}" for k, v in sorted(eager.items()))
         result.reason = f"{counted}: {logged}"[:REASON_CHARS]
     return result
+
+
+def on_kernels(options: dict[str, Any] | None) -> bool:
+    return bool(options) and options.get("static_kernel_compile") is True
+
+
+def inductor_call(fn: Callable[..., Any], dynamic: bool, sample: Any) -> tuple[Any, Any]:
+    """``run_call`` of ``fn`` on ``sample`` through plain Inductor, on a code object of its
+    own."""
+
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return run_call(torch.compile(plain, backend="inductor", dynamic=dynamic), sample)
 
 
 class OpTimeout(BaseException):
