@@ -240,3 +240,25 @@ def test_a_cat_that_keeps_one_input_is_laid_out_as_atens_for_the_views_after_it(
     assert [r.getMessage() for r in caplog.records] == []
     (graph,) = npugraph_ex.stats()["graphs"][-1:]
     assert graph["static_kernels"] in ({"compiled": 1}, {"cache_hit": 1})
+
+
+@torch.no_grad()
+def test_an_activation_read_by_a_reduction_is_computed_once() -> None:
+    # The reduction reads each element of its input once per output column; the GELU that
+    # makes that input must run in a loop of its own, not inside the reduction's (where it
+    # would compute erf 64 times for each element here, 256 times for a layer of 256).
+    from torch._inductor.utils import run_and_get_cpp_code
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64)
+    ).eval()
+    options = {"static_kernel_compile": True, "disable_static_kernel_compile_cache": True}
+    fn = torch.compile(model, backend="npugraph_ex", options=options)
+    x = torch.randn(1, 64)
+    out, code = run_and_get_cpp_code(fn, x)
+    loops = code.split("#pragma omp")
+    assert [loop for loop in loops if "erf" in loop], "no GELU in the generated code"
+    assert not [loop for loop in loops if "tmp_acc" in loop and "erf" in loop]
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert npugraph_ex.stats()["graphs"][0]["static_kernels"] == {"compiled": 1}

@@ -76,7 +76,20 @@ def summed_in_float(x: torch.Tensor, w: torch.Tensor) -> Any:
     if not platform_for(x.device.type).reduction_pays(product):
         return NotImplemented
     accumulate = torch.promote_types(x.dtype, torch.float32)
+    x = computed_once(x)
     return torch.sum(x.to(accumulate).unsqueeze(2) * w.to(accumulate).unsqueeze(0), dim=1)
+
+
+def computed_once(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a buffer Inductor computes before the reduction that reads it. The reduction
+    reads each element of ``x`` once per output column, and Inductor would otherwise inline
+    ``x``'s producer into its loop: an activation (GELU's ``erf``) computed once per column, 256
+    times for a layer of 256. ``as_strided`` onto ``x``'s own layout is the identity, and
+    Inductor lowers it on a stored buffer. Only for a contiguous ``x`` at the start of its
+    storage (a layer's fresh activation): where its layout is that of the buffer it lies in."""
+    if not x.is_contiguous() or x.storage_offset() != 0:
+        return x
+    return torch.as_strided(x, x.shape, x.stride())
 
 
 def times_weight_through_onednn(x: torch.Tensor, w: torch.Tensor) -> Any:
