@@ -21,7 +21,7 @@ LINKING = (
     *sorted((ROOT / "docs").rglob("*.md")),
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-SHARED = {"common.py"}
+SHARED = {"common.py", "forms.py"}
 
 
 def anchor(heading: str) -> str:
