@@ -152,10 +152,11 @@ def writes_inputs(graph: torch.fx.Graph) -> bool:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        reads = [arg for arg in node.all_input_nodes if arg in aliases]
+        if not any(arg in aliases for arg in node.all_input_nodes):
+            continue
         schema = getattr(node.target, "_schema", None)
-        if node.target is operator.getitem or not reads:
-            aliases.update([node] if reads else [])
+        if node.target is operator.getitem:
+            aliases.add(node)
         elif node.target in CONTROL_FLOW:
             if writes_operands(node):
                 return True

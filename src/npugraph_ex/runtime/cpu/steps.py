@@ -23,9 +23,9 @@ Rules, per kernel:
 - ``empty``-like factories and kernels without tensor outputs (metadata checks) are dropped;
 - control flow (``torch.cond``, ``while_loop``) and the other higher-order ops of
   ``schemas.CONTROL_FLOW`` (none writing its operands: ``analysis`` refuses those) are
-  re-issued whole on every replay, as eager runs them: a predicate is read
-  then, a branch's kernels run eagerly, and the results are copied into the recorded outputs
-  (the kernels around them replay as usual);
+  re-issued whole on every replay, as eager runs them: a predicate is read then, a branch's
+  kernels run eagerly, and the results are copied into the recorded outputs (the kernels
+  around them replay as usual);
 - a functional collective (``_c10d_functional.all_reduce``, what Dynamo makes of
   ``dist.all_reduce``) returns before its result is complete: it is waited for before the copy
   (its own ``wait_tensor`` step, on the recorded output, has no work left to wait for).
