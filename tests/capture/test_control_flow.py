@@ -177,6 +177,26 @@ def test_other_higher_order_ops_replay(name: str) -> None:
     assert (totals()["captures"], totals()["replays"], totals()["eager_calls"]) == (1, 2, 0)
 
 
+def flex_causal_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    mask = create_block_mask(causal, None, None, q.shape[2], k.shape[2], device="cpu")
+    return flex_attention(q, k, v, block_mask=mask)
+
+
+@torch.no_grad()
+def test_flex_attention_on_static_kernels() -> None:
+    # The re-trace for Inductor keeps an item per result of flex attention; Inductor's CPU
+    # lowering returns fewer when nothing reads the log-sum-exp, and the unread item failed
+    # the compile ("tuple index out of range"): the key stayed on its ATen replay.
+    options = {"static_kernel_compile": True}
+    fn = torch.compile(flex_causal_alone, backend="npugraph_ex", options=options)
+    reference = torch.compile(flex_causal_alone, backend="aot_eager")
+    for _ in range(2):
+        args = tuple(torch.randn(1, 2, 128, 16) for _ in range(3))
+        torch.testing.assert_close(fn(*args), reference(*args), rtol=1e-5, atol=1e-5)
+    (outcome,) = graphs_called()[0]["static_kernels"]
+    assert outcome in ("compiled", "cache_hit")
+
+
 def noisy_branch(x: torch.Tensor) -> torch.Tensor:
     noisy = torch.cond(x.sum() > 0, lambda t: t + torch.randn_like(t), lambda t: t * 2, (x,))
     return noisy + 1
@@ -205,7 +225,8 @@ def test_static_kernels_of_a_graph_with_control_flow() -> None:
     fn = torch.compile(two_conds, backend="npugraph_ex", options={"static_kernel_compile": True})
     for args in cond_calls():
         assert_equal_outputs(fn(*args), two_conds(*args), exact=False)
-    assert graphs_called()[0]["static_kernels"] == {"compiled": 1}
+    (outcome,) = graphs_called()[0]["static_kernels"]
+    assert outcome in ("compiled", "cache_hit")
     assert (totals()["captures"], totals()["replays"], totals()["eager_calls"]) == (1, 5, 0)
 
 

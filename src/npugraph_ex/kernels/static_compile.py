@@ -20,6 +20,7 @@ compiling the same graph for the same shapes loads them instead of compiling;
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -156,4 +157,18 @@ def specialise(
     devices = {a.device.type for a in fake_args if isinstance(a, torch.Tensor)}
     decompositions = static_kernel_decompositions(devices.pop() if len(devices) == 1 else "")
     with fake_mode:
-        return make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)
+        static = make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)
+    return without_unread_items(static)
+
+
+def without_unread_items(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` without the ``getitem`` nodes nothing reads. The re-trace keeps one for each result
+    of a multi-result op; Inductor's lowering of an op may return fewer results than its trace
+    had (its CPU flex attention, when nothing reads the log-sum-exp), and the unread item then
+    fails the lowering ("tuple index out of range")."""
+    unread = [n for n in gm.graph.nodes if n.target is operator.getitem and not n.users]
+    for node in unread:
+        gm.graph.erase_node(node)
+    if unread:
+        gm.recompile()
+    return gm
