@@ -108,6 +108,11 @@ def test_a_branch_that_writes_its_operands_runs_eagerly(
     # taken at capture could write what the capture took for read-only: such a graph keeps
     # running eagerly, with eager's writes.
     branch = WRITING_BRANCHES[written]
+    try:
+        branch(torch.ones(3, 3), torch.ones(3, 3))
+    except torch._dynamo.exc.UncapturedHigherOrderOpError:
+        pytest.skip("this torch refuses a torch.cond branch that writes its operands (2.11)")
+    torch._dynamo.reset()
     fn = torch.compile(branch, backend="npugraph_ex", options={"static_kernel_compile": False})
     for sign in (1.0, -1.0, 1.0, -1.0):
         x, y = torch.rand(3, 3) * sign, torch.randn(3, 3)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import ANY_SPEED, graphs_called, totals
+from npugraph_ex.compat import torch_at_least
 
 SETTLE_SECONDS = 120
 
@@ -60,10 +61,15 @@ def test_each_call_draws_eagers_random_numbers(options: dict) -> None:
     assert not torch.equal(first, second)  # fresh numbers on every replay
 
 
+@pytest.mark.skipif(
+    not torch_at_least(2, 13),
+    reason="torch 2.11's Inductor orders and decomposes these draws otherwise: other numbers",
+)
 @torch.no_grad()
 def test_kernels_draw_eagers_random_numbers() -> None:
     # Inductor's kernels call ATen's random ops (``fallback_random``): its own random kernels
-    # draw other numbers, and need seeds only its whole-graph passes put in.
+    # draw other numbers, and need seeds only its whole-graph passes put in. Eager's numbers
+    # hold where Inductor keeps the draws in the graph's order, as here on torch 2.13.
     options = {"static_kernel_compile": True}
     fn = torch.compile(draws, backend="npugraph_ex", dynamic=False, options=options)
     assert_draws_like_eager(fn, draws)

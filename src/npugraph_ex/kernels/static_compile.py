@@ -87,6 +87,12 @@ def lower(
     fake_args = list(args)
     cpp_wrapper = platform_for(device_type).cpp_wrapper()
     options: dict[str, Any] = {"cpp_wrapper": cpp_wrapper}
+    if device_type == "cpu":
+        # Inductor writes its C++ kernels for this many threads (``omp parallel num_threads``);
+        # named in the config, the count is in the FX graph cache's key on every torch (2.11
+        # left it out): a child forked onto one thread (``runtime/cpu/forked``) then compiles
+        # for one, where kernels loaded for two would wait forever for a second thread.
+        options["cpp.threads"] = torch.get_num_threads()
     if graph_draws_random_numbers(gm.graph):
         # Random ops as ATen calls, drawing eager's numbers from eager's generator: the ATen
         # replay's (the swap compares the two), and the only form ``compile_fx_inner`` lowers
