@@ -216,7 +216,10 @@ def test_the_swap_writes_a_written_input_once() -> None:
     def adds_once(got: torch.Tensor, args: Any) -> None:
         expected.add_(args[0] * 2)
         torch.testing.assert_close(total, expected)
-        torch.testing.assert_close(got, expected.sum())
+        # The kernels sum in another order than eager: within float32 rounding of the terms
+        # (the total's elements grow call by call while their sum may cancel).
+        scale = float(expected.abs().sum())
+        torch.testing.assert_close(got, expected.sum(), rtol=0, atol=1e-6 * scale + 1e-6)
 
     calls = settle(fn, lambda: (torch.randn(8), total), adds_once)
     (graph,) = graphs_called()
