@@ -20,7 +20,6 @@ compiling the same graph for the same shapes loads them instead of compiling;
 from __future__ import annotations
 
 import contextlib
-import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -164,17 +163,11 @@ def specialise(
     decompositions = static_kernel_decompositions(devices.pop() if len(devices) == 1 else "")
     with fake_mode:
         static = make_fx(gm, decomposition_table=decompositions, tracing_mode="real")(*fake_args)
-    return without_unread_items(static)
-
-
-def without_unread_items(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``gm`` without the ``getitem`` nodes nothing reads. The re-trace keeps one for each result
-    of a multi-result op; Inductor's lowering of an op may return fewer results than its trace
-    had (its CPU flex attention, when nothing reads the log-sum-exp), and the unread item then
-    fails the lowering ("tuple index out of range")."""
-    unread = [n for n in gm.graph.nodes if n.target is operator.getitem and not n.users]
-    for node in unread:
-        gm.graph.erase_node(node)
-    if unread:
-        gm.recompile()
-    return gm
+    # Without the values nothing reads, as the ATen graph (``passes/dead_code``; random and
+    # writing ops are kept): the re-trace keeps a ``getitem`` for each result of a multi-result
+    # op, and Inductor's lowering of an op may return fewer results than its trace had (its CPU
+    # flex attention, when nothing reads the log-sum-exp): the unread item then failed the
+    # lowering ("tuple index out of range").
+    if static.graph.eliminate_dead_code():
+        static.recompile()
+    return static
